@@ -1,0 +1,128 @@
+// CPU kernels: the contract between the graph executor and the CPU backend.
+//
+// Every kernel works on contiguous row-major host tensors and runs multi-threaded on kiln's one
+// OpenMP pool (kiln/core/threads.h). Shapes are written beside each argument. "act" means an
+// activation dtype: f32 or bf16 (arithmetic is always f32; bf16 results are rounded to nearest even).
+// Kernels check shapes and dtypes with KILN_CHECK (a mismatch is a kiln bug, not user input).
+//
+// Each fused kernel has an unfused composition of the simpler kernels below; the eager executor runs
+// the unfused ones, tests/ops holds the fused against the unfused within rounding.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln::cpu {
+
+// ---------------------------------------------------------------------------------------------------
+// Linear layers. Weights are packed once (at compile time) into the layout the GEMM/GEMV prefers.
+
+// A weight matrix W [N, K] (Transformers' nn.Linear layout: out_features x in_features), packed.
+// Thread-safe to use from many calls at once once built.
+class PackedLinear {
+ public:
+  // w: f32|bf16 [N, K]. `compute` is the dtype the GEMM multiplies in (bf16 or f32); w is converted
+  // if needed. Packing copies: the returned object does not reference `w`.
+  static std::shared_ptr<PackedLinear> pack(const Tensor& w, DType compute);
+  // Stacks several weights with equal K along N (fused QKV: [Nq + Nk + Nv, K]).
+  static std::shared_ptr<PackedLinear> pack_concat(const std::vector<Tensor>& ws, DType compute);
+  virtual ~PackedLinear() = default;
+  virtual int64_t out_features() const = 0;  // N
+  virtual int64_t in_features() const = 0;   // K
+  virtual DType compute_dtype() const = 0;
+  virtual size_t bytes() const = 0;  // packed size, for memory accounting and rooflines
+};
+
+// y [M, N] = x [M, K] @ W^T (+ residual [M, N] if given).
+//   x: act (converted to the weight's compute dtype internally if it differs)
+//   y: f32 or bf16; residual: f32 and may alias y (in-place residual add).
+// Must be fast for M = 1..8 (decode, memory bound: stream W once) and M >= 32 (prefill, FLOP bound).
+void linear(const Tensor& x, const PackedLinear& w, Tensor& y, const Tensor* residual = nullptr);
+
+// ---------------------------------------------------------------------------------------------------
+// Element-wise and normalisation.
+
+// y [N, H] = table [V, H][ids[i]]. ids: i32 [N] (already validated < V); table f32|bf16; y: f32.
+void embedding(const Tensor& ids, const Tensor& table, Tensor& y);
+
+// y [R, H] = x / sqrt(mean(x^2) + eps) * w, computed in f32 (Transformers' Qwen3RMSNorm).
+// x: act [R, H]; w: f32|bf16 [H]; y: act [R, H] (may differ from x's dtype; may alias x if equal).
+void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y);
+
+// y = a + b, all [n] elements; a, b, y: f32 (y may alias a or b).
+void add(const Tensor& a, const Tensor& b, Tensor& y);
+
+// SwiGLU. y [M, I] = silu(gate) * up, where gate_up [M, 2I] holds gate in columns [0, I) and up in
+// [I, 2I) (the fused gate_up projection). gate_up: f32; y: act.
+void silu_mul(const Tensor& gate_up, Tensor& y);
+// Unfused parts: y = silu(x); y = a * b (f32 in, act out; y may alias).
+void silu(const Tensor& x, Tensor& y);
+void mul(const Tensor& a, const Tensor& b, Tensor& y);
+
+// ---------------------------------------------------------------------------------------------------
+// Rotary embeddings (Transformers' rotate_half convention: pairs (i, i + D/2)).
+// cos_sin: f32 [P, D] table where row p holds cos(p * inv_freq[0..D/2)) then sin(...) (D/2 each);
+// the model builds it once (it owns rope scaling). positions: i32 [B, T], each < P.
+// x: f32 [B, T, n_heads, D] rotated in place.
+void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin);
+
+// Fused attention prologue for one layer (Qwen3: q/k-norm then RoPE; Llama/Qwen2: no norm):
+//   qkv: f32 [B*T, (Hq + 2*Hkv) * D] = the fused QKV projection (q heads, then k heads, then v heads)
+//   q_norm, k_norm: f32|bf16 [D], or undefined Tensor for models without q/k-norm; eps as rms_norm.
+//   q_out: f32 [B, T, Hq, D]   (normed, rotated)
+//   k_cache, v_cache: act [B, L, Hkv, D]; rows t of the batch are written at cache slot
+//   `slot_offset + t` (normed+rotated k; raw v).
+// Equals: split qkv; rms_norm per head on q and k; rope on q and k; kv_cache_write.
+void qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
+                        const Tensor& positions, const Tensor& cos_sin, int64_t slot_offset,
+                        Tensor& q_out, Tensor& k_cache, Tensor& v_cache);
+// Unfused part: cache [B, L, Hkv, D] slots [slot_offset, slot_offset + T) = x [B, T, Hkv, D].
+// x: f32; cache: act.
+void kv_cache_write(const Tensor& x, int64_t slot_offset, Tensor& cache);
+// Unfused part: columns [col_begin, col_begin + y.cols) of x [M, C] into y [M, y.cols]. f32.
+void split_columns(const Tensor& x, int64_t col_begin, Tensor& y);
+
+// ---------------------------------------------------------------------------------------------------
+// Attention over a static cache, with grouped-query heads (Hq % Hkv == 0; head h reads kv head
+// h / (Hq / Hkv)).
+//   q: f32 [B, T, Hq, D]; k, v: act [B, L, Hkv, D] (the cache, or the current k/v in training)
+//   kv_mask: i32 [B, L], 1 where a slot holds a real token (0 for left padding and unused slots)
+//   query t sits at slot `slot_offset + t` and attends slots j <= slot_offset + t with kv_mask[b][j]
+//   (causal by slot). A query with no visible slot (a padding row) outputs zeros.
+//   out: act [B, T, Hq, D]. softmax in f32 with scale 1/sqrt(D).
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_mask,
+               int64_t slot_offset, Tensor& out);
+
+// ---------------------------------------------------------------------------------------------------
+// Backward kernels (training). Gradients are f32; forward inputs are re-read as stored.
+
+// dx [R, H] and dw [H] (accumulated: dw += ...) for y = rms_norm(x, w).
+void rms_norm_backward(const Tensor& x, const Tensor& w, float eps, const Tensor& dy, Tensor& dx,
+                       Tensor& dw);
+// In place: dx = rope^T(dy) (rotation by the negative angle).
+void rope_backward(Tensor& dy, const Tensor& positions, const Tensor& cos_sin);
+// dgate_up [M, 2I] for y = silu_mul(gate_up).
+void silu_mul_backward(const Tensor& gate_up, const Tensor& dy, Tensor& dgate_up);
+// dq [B,T,Hq,D], dk, dv [B,L,Hkv,D] (overwritten) for out = attention(q, k, v, kv_mask, 0).
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_mask,
+                        const Tensor& out, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv);
+// dtable [V, H] += scatter of dy [N, H] at ids [N].
+void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable);
+// Plain GEMMs for training: c [M, N] = a [M, K] @ b [K, N] with optional transposes, f32|bf16 in,
+// f32 out; beta = 1 accumulates into c. (dX = dY @ W; dW += dY^T @ X.)
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float beta, Tensor& c);
+
+// Cross-entropy over logits f32 [N, V] with labels i32 [N] (-100 = ignored): returns the sum of
+// -log softmax(logits)[label] over non-ignored rows, and writes dlogits [N, V] =
+// (softmax - onehot) * grad_scale for non-ignored rows, 0 for ignored. dlogits may alias logits.
+double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits);
+
+// ---------------------------------------------------------------------------------------------------
+// Rooflines measured on this machine (for `kiln bench`): streaming read bandwidth in bytes/s with all
+// threads, and the best GEMM rate in FLOP/s for `dtype` (bf16 or f32) at a large square size.
+double measure_memory_bandwidth();
+double measure_gemm_peak(DType dtype);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,142 @@
+#include "kiln/core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sys/mman.h>
+
+#include "kiln/core/error.h"
+#include "kiln/core/threads.h"
+
+namespace kiln {
+
+int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+namespace {
+
+class HostStorage final : public Storage {
+ public:
+  HostStorage(size_t bytes, bool zero) : bytes_(bytes) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded == 0) rounded = 64;
+    ptr_ = std::aligned_alloc(64, rounded);
+    if (!ptr_) throw std::bad_alloc();
+    // Large buffers: ask for transparent huge pages, since first-touching 4 KiB pages is slow here.
+    if (rounded >= (2u << 20)) madvise(ptr_, rounded, MADV_HUGEPAGE);
+    if (zero) std::memset(ptr_, 0, rounded);
+  }
+  ~HostStorage() override { std::free(ptr_); }
+  void* data() override { return ptr_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* ptr_;
+  size_t bytes_;
+};
+
+}  // namespace
+
+std::shared_ptr<Storage> allocate_host(size_t bytes, bool zero) {
+  return std::make_shared<HostStorage>(bytes, zero);
+}
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset, Shape shape, DType dtype)
+    : storage_(std::move(storage)), offset_(offset), shape_(std::move(shape)), dtype_(dtype) {
+  KILN_CHECK(offset_ + nbytes() <= storage_->bytes(), "tensor ", shape_str(shape_),
+             " exceeds its storage");
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  return Tensor(allocate_host(size_t(kiln::numel(shape)) * dtype_size(dtype)), 0, shape, dtype);
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  return Tensor(allocate_host(size_t(kiln::numel(shape)) * dtype_size(dtype), true), 0, shape,
+                dtype);
+}
+
+Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& shape) {
+  KILN_CHECK(int64_t(v.size()) == kiln::numel(shape), "size mismatch");
+  Tensor t = empty(shape, DType::f32);
+  std::memcpy(t.raw(), v.data(), v.size() * 4);
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<int32_t>& v, const Shape& shape) {
+  KILN_CHECK(int64_t(v.size()) == kiln::numel(shape), "size mismatch");
+  Tensor t = empty(shape, DType::i32);
+  std::memcpy(t.raw(), v.data(), v.size() * 4);
+  return t;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  KILN_CHECK(kiln::numel(shape) == numel(), "reshape ", shape_str(shape_), " -> ",
+             shape_str(shape));
+  return Tensor(storage_, offset_, shape, dtype_);
+}
+
+Tensor Tensor::slice0(int64_t begin, int64_t end) const {
+  KILN_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0], "bad slice");
+  Shape s = shape_;
+  s[0] = end - begin;
+  int64_t row = shape_[0] ? numel() / shape_[0] : 0;
+  return Tensor(storage_, offset_ + size_t(begin * row) * dtype_size(dtype_), s, dtype_);
+}
+
+Tensor Tensor::to(DType dtype) const {
+  Tensor out = empty(shape_, dtype);
+  convert(raw(), dtype_, out.raw(), dtype, numel());
+  return out;
+}
+
+std::vector<float> Tensor::to_f32_vector() const {
+  std::vector<float> v(static_cast<size_t>(numel()));
+  if (dtype_ == DType::i32) {
+    for (int64_t i = 0; i < numel(); ++i) v[i] = float(data<int32_t>()[i]);
+  } else if (dtype_ == DType::i64) {
+    for (int64_t i = 0; i < numel(); ++i) v[i] = float(data<int64_t>()[i]);
+  } else {
+    convert(raw(), dtype_, v.data(), DType::f32, numel());
+  }
+  return v;
+}
+
+void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  if (st == dt) {
+    std::memcpy(dst, src, size_t(n) * dtype_size(st));
+    return;
+  }
+  auto load = [&](int64_t i) -> float {
+    switch (st) {
+      case DType::f32: return static_cast<const float*>(src)[i];
+      case DType::bf16: return bf16_to_f32(static_cast<const bf16_t*>(src)[i]);
+      case DType::f16: return f16_to_f32(static_cast<const f16_t*>(src)[i]);
+      default: throw InternalError("convert: unsupported source dtype");
+    }
+  };
+  auto store = [&](int64_t i, float v) {
+    switch (dt) {
+      case DType::f32: static_cast<float*>(dst)[i] = v; break;
+      case DType::bf16: static_cast<bf16_t*>(dst)[i] = f32_to_bf16(v); break;
+      case DType::f16: static_cast<f16_t*>(dst)[i] = f32_to_f16(v); break;
+      default: throw InternalError("convert: unsupported target dtype");
+    }
+  };
+  parallel_for(
+      n,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) store(i, load(i));
+      },
+      1 << 16);
+}
+
+}  // namespace kiln

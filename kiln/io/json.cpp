@@ -1,0 +1,88 @@
+#include "kiln/io/json.h"
+
+#include "kiln/core/error.h"
+#include "kiln/io/atomic_file.h"
+
+namespace kiln::io {
+
+Json parse_json(const std::string& text, const std::string& where) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    // nlohmann reports the byte offset; turn it into line:column for people.
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    throw Error(where, "invalid JSON at line " + std::to_string(line) + ", column " +
+                           std::to_string(col) + ": " + e.what());
+  }
+}
+
+Json load_json(const std::string& path) { return parse_json(read_file(path), path); }
+
+namespace {
+const Json& field_of(const Json& j, const std::string& field, const std::string& where) {
+  if (!j.is_object()) throw Error(where, "expected a JSON object");
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) throw Error(where + ": " + field, "required field is missing");
+  return *it;
+}
+[[noreturn]] void wrong_type(const std::string& where, const std::string& field, const char* want,
+                             const Json& v) {
+  throw Error(where + ": " + field,
+              std::string("expected ") + want + ", got " + v.type_name() + " " + v.dump());
+}
+bool has(const Json& j, const std::string& field) {
+  return j.is_object() && j.contains(field) && !j.at(field).is_null();
+}
+}  // namespace
+
+int64_t get_int(const Json& j, const std::string& field, const std::string& where) {
+  const Json& v = field_of(j, field, where);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (d == double(int64_t(d))) return int64_t(d);
+  }
+  wrong_type(where, field, "an integer", v);
+}
+
+double get_double(const Json& j, const std::string& field, const std::string& where) {
+  const Json& v = field_of(j, field, where);
+  if (!v.is_number()) wrong_type(where, field, "a number", v);
+  return v.get<double>();
+}
+
+bool get_bool(const Json& j, const std::string& field, const std::string& where) {
+  const Json& v = field_of(j, field, where);
+  if (!v.is_boolean()) wrong_type(where, field, "true or false", v);
+  return v.get<bool>();
+}
+
+std::string get_string(const Json& j, const std::string& field, const std::string& where) {
+  const Json& v = field_of(j, field, where);
+  if (!v.is_string()) wrong_type(where, field, "a string", v);
+  return v.get<std::string>();
+}
+
+int64_t get_int_or(const Json& j, const std::string& field, int64_t fallback, const std::string& where) {
+  return has(j, field) ? get_int(j, field, where) : fallback;
+}
+double get_double_or(const Json& j, const std::string& field, double fallback, const std::string& where) {
+  return has(j, field) ? get_double(j, field, where) : fallback;
+}
+bool get_bool_or(const Json& j, const std::string& field, bool fallback, const std::string& where) {
+  return has(j, field) ? get_bool(j, field, where) : fallback;
+}
+std::string get_string_or(const Json& j, const std::string& field, const std::string& fallback,
+                          const std::string& where) {
+  return has(j, field) ? get_string(j, field, where) : fallback;
+}
+
+}  // namespace kiln::io

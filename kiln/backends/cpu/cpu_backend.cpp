@@ -1,0 +1,108 @@
+#include "kiln/backends/cpu/cpu_backend.h"
+
+#include <cstring>
+
+#include "kiln/backends/cpu/kernels.h"
+#include "kiln/core/error.h"
+#include "kiln/core/threads.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+using graph::Node;
+using graph::Op;
+
+// Packs (or finds already packed) the weights of a Linear node; shared across graphs by name.
+std::shared_ptr<void> prepare_linear(const Node& n, graph::WeightStore& weights) {
+  std::string key = "linear:";
+  for (const auto& name : n.weight_names) key += name + ";";
+  return weights.prepared(key, [&]() -> std::shared_ptr<void> {
+    std::vector<Tensor> ws;
+    for (const auto& name : n.weight_names) ws.push_back(weights.get(name));
+    DType compute = ws[0].dtype() == DType::f32 ? DType::f32 : DType::bf16;
+    auto packed = ws.size() == 1 ? PackedLinear::pack(ws[0], compute)
+                                 : PackedLinear::pack_concat(ws, compute);
+    weights.add_prepared_bytes(packed->bytes());
+    return packed;
+  });
+}
+
+void bias_add(const Tensor& x, const Tensor& bias, Tensor& y) {
+  const int64_t cols = bias.numel(), rows = x.numel() / cols;
+  std::vector<float> b = bias.to_f32_vector();
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < cols; ++c) yp[r * cols + c] = xp[r * cols + c] + b[size_t(c)];
+  });
+}
+
+// Row T-1 of each of the B groups of T rows.
+void take_last_rows(const Tensor& x, int64_t batch, Tensor& y) {
+  const int64_t rows = x.dim(0), t = rows / batch;
+  const size_t row_bytes = size_t(x.dim(1)) * dtype_size(x.dtype());
+  for (int64_t b = 0; b < batch; ++b)
+    std::memcpy(static_cast<char*>(y.raw()) + size_t(b) * row_bytes,
+                static_cast<const char*>(x.raw()) + size_t(b * t + t - 1) * row_bytes, row_bytes);
+}
+
+class CpuBackend final : public graph::Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  bool supports(Op op) const override { return op != Op::kCount; }
+
+  std::shared_ptr<void> prepare(const graph::Graph&, const Node& n,
+                                graph::WeightStore& weights) override {
+    if (n.op == Op::Linear || n.op == Op::LinearResidual) return prepare_linear(n, weights);
+    return nullptr;
+  }
+
+  void run(const Node& n, const void* prepared, std::span<const Tensor> in, Tensor& out,
+           const graph::RunContext& ctx) override {
+    switch (n.op) {
+      case Op::Input:
+      case Op::Weight:
+      case Op::State:
+      case Op::Reshape:
+      case Op::kCount:
+        return;
+      case Op::Embedding: return embedding(in[0], in[1], out);
+      case Op::Linear: return linear(in[0], *static_cast<const PackedLinear*>(prepared), out);
+      case Op::LinearResidual:
+        return linear(in[0], *static_cast<const PackedLinear*>(prepared), out, &in[1]);
+      case Op::BiasAdd: return bias_add(in[0], in[1], out);
+      case Op::RMSNorm: return rms_norm(in[0], in[1], n.eps, out);
+      case Op::Add: return add(in[0], in[1], out);
+      case Op::SiLU: return silu(in[0], out);
+      case Op::Mul: return mul(in[0], in[1], out);
+      case Op::SiluMul: return silu_mul(in[0], out);
+      case Op::SplitColumns: return split_columns(in[0], n.i0, out);
+      case Op::Rope:
+        std::memcpy(out.raw(), in[0].raw(), out.nbytes());
+        return rope(out, in[1], in[2]);
+      case Op::KVCacheWrite: return kv_cache_write(in[1], ctx.slot_offset, out);
+      case Op::QKNormRopeCache: {
+        Tensor k_cache = in[3], v_cache = in[4];
+        Tensor no_norm;
+        const Tensor& qn = in.size() > 5 ? in[5] : no_norm;
+        const Tensor& kn = in.size() > 6 ? in[6] : no_norm;
+        return qk_norm_rope_cache(in[0], qn, kn, n.eps, in[1], in[2], ctx.slot_offset, out, k_cache,
+                                  v_cache);
+      }
+      case Op::Attention: return attention(in[0], in[1], in[2], in[3], ctx.slot_offset, out);
+      case Op::TakeLastRows: return take_last_rows(in[0], n.i0, out);
+      case Op::Cast: return convert(in[0].raw(), in[0].dtype(), out.raw(), out.dtype(), out.numel());
+    }
+  }
+};
+
+}  // namespace
+
+graph::Backend& cpu_backend() {
+  static CpuBackend backend;
+  return backend;
+}
+
+}  // namespace kiln::cpu

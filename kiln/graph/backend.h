@@ -1,0 +1,56 @@
+// The backend interface: what a device must provide to run compiled graphs.
+//
+// A backend prepares per-node constants once at compile time (packed weights, primitives) and then
+// runs nodes. It knows nothing of models. `supports` drives error messages and test skipping.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "kiln/core/tensor.h"
+#include "kiln/graph/graph.h"
+
+namespace kiln::graph {
+
+// Model weights by name, plus a cache of backend-prepared forms (packed matrices) shared by every
+// graph compiled for the model, so prefill and decode graphs never pack a weight twice.
+class WeightStore {
+ public:
+  virtual ~WeightStore() = default;
+  virtual Tensor get(const std::string& name) const = 0;
+
+  // Returns the cached object for `key`, making it once. Thread-safe.
+  std::shared_ptr<void> prepared(const std::string& key,
+                                 const std::function<std::shared_ptr<void>()>& make);
+  size_t prepared_bytes() const { return prepared_bytes_; }
+  void add_prepared_bytes(size_t n) { prepared_bytes_ += n; }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<void>> prepared_;
+  size_t prepared_bytes_ = 0;
+};
+
+// Per-run scalars that are not part of the compiled shape.
+struct RunContext {
+  int64_t slot_offset = 0;  // KV-cache slot of the first token of this call
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual bool supports(Op op) const = 0;
+  // Called once per node at compile time; the result is handed back to run().
+  virtual std::shared_ptr<void> prepare(const Graph& g, const Node& n, WeightStore& weights) = 0;
+  // inputs[i] is the tensor of n.inputs[i]; out is preallocated with n's shape and dtype (for view
+  // ops and in-place state ops, out already aliases the right storage).
+  virtual void run(const Node& n, const void* prepared, std::span<const Tensor> inputs, Tensor& out,
+                   const RunContext& ctx) = 0;
+};
+
+}  // namespace kiln::graph

@@ -1,0 +1,183 @@
+#include "kiln/graph/executor.h"
+
+#include <algorithm>
+
+#include "kiln/core/error.h"
+#include "kiln/graph/passes.h"
+
+namespace kiln::graph {
+
+std::shared_ptr<void> WeightStore::prepared(const std::string& key,
+                                            const std::function<std::shared_ptr<void>()>& make) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = prepared_.find(key);
+  if (it != prepared_.end()) return it->second;
+  auto p = make();
+  prepared_[key] = p;
+  return p;
+}
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+size_t node_bytes(const Node& n) {
+  size_t b = size_t(numel(n.shape)) * dtype_size(n.dtype);
+  return (b + kAlign - 1) / kAlign * kAlign;
+}
+
+bool is_leaf(Op op) { return op == Op::Input || op == Op::Weight || op == Op::State; }
+
+// The node whose storage `v` lives in (views and in-place state writes alias their first input).
+Value storage_root(const Graph& g, Value v) {
+  while (op_info(g.node(v).op).view) v = g.node(v).inputs[0];
+  return v;
+}
+
+}  // namespace
+
+std::shared_ptr<Executable> Executable::compile(Graph g, Backend& backend, WeightStore& weights,
+                                                const CompileOptions& o) {
+  g.verify();
+  if (o.fuse) {
+    if (o.fuse_linears) g = fuse_sibling_linears(g);
+    if (o.fuse_silu_mul) g = fuse_silu_mul(g);
+    if (o.fuse_qk_norm_rope) g = fuse_qk_norm_rope(g);
+    g = eliminate_dead_code(g);
+    if (o.fuse_residual) g = fuse_residual(g);
+  }
+  g = eliminate_dead_code(g);
+  auto exe = std::shared_ptr<Executable>(new Executable(std::move(g), backend));
+  exe->compiled_ = true;
+  exe->prepare(weights);
+  if (o.plan_memory) exe->plan();
+  return exe;
+}
+
+std::shared_ptr<Executable> Executable::eager(Graph g, Backend& backend, WeightStore& weights) {
+  g.verify();
+  auto exe = std::shared_ptr<Executable>(new Executable(std::move(g), backend));
+  exe->prepare(weights);
+  return exe;
+}
+
+void Executable::prepare(WeightStore& weights) {
+  const size_t n = graph_.nodes.size();
+  prepared_.assign(n, nullptr);
+  weights_.assign(n, Tensor());
+  offset_.assign(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = graph_.nodes[i];
+    if (!backend_.supports(node.op))
+      throw Error("device", std::string("backend '") + backend_.name() + "' does not support op " +
+                                op_info(node.op).name);
+    if (node.op == Op::Weight) {
+      weights_[i] = weights.get(node.weight_names.at(0));
+      KILN_CHECK(weights_[i].shape() == node.shape, node.name, ": weight is ",
+                 shape_str(weights_[i].shape()), ", graph expects ", shape_str(node.shape));
+    }
+    prepared_[i] = backend_.prepare(graph_, node, weights);
+  }
+}
+
+void Executable::plan() {
+  // Liveness by storage root: a buffer lives from its definition to the last use of any alias.
+  const size_t n = graph_.nodes.size();
+  std::vector<int64_t> last_use(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    for (Value in : graph_.nodes[i].inputs) {
+      Value r = storage_root(graph_, in);
+      last_use[size_t(r)] = std::max<int64_t>(last_use[size_t(r)], int64_t(i));
+    }
+  }
+  for (Value o : graph_.outputs) last_use[size_t(storage_root(graph_, o))] = int64_t(n);
+
+  struct Buffer {
+    size_t node, bytes;
+    int64_t begin, end;
+    size_t offset = 0;
+  };
+  std::vector<Buffer> buffers;
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = graph_.nodes[i];
+    if (is_leaf(node.op) || op_info(node.op).view) continue;
+    buffers.push_back({i, node_bytes(node), int64_t(i), std::max<int64_t>(last_use[i], int64_t(i))});
+  }
+  // Greedy by size: each buffer takes the lowest offset that does not overlap a placed buffer with
+  // an intersecting lifetime.
+  std::vector<size_t> order(buffers.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
+  std::vector<size_t> placed;
+  size_t total = 0;
+  for (size_t bi : order) {
+    Buffer& b = buffers[bi];
+    std::vector<std::pair<size_t, size_t>> busy;
+    for (size_t pi : placed) {
+      const Buffer& p = buffers[pi];
+      if (p.begin <= b.end && b.begin <= p.end) busy.emplace_back(p.offset, p.offset + p.bytes);
+    }
+    std::sort(busy.begin(), busy.end());
+    size_t offset = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (offset + b.bytes <= lo) break;
+      offset = std::max(offset, hi);
+    }
+    b.offset = offset;
+    total = std::max(total, offset + b.bytes);
+    placed.push_back(bi);
+  }
+  for (const Buffer& b : buffers) offset_[b.node] = int64_t(b.offset);
+  arena_bytes_ = total;
+  arena_ = Tensor::empty({int64_t(std::max<size_t>(total, kAlign))}, DType::boolean);
+}
+
+std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
+                                    const std::vector<Tensor>& states, const RunContext& ctx) {
+  KILN_CHECK(inputs.size() == graph_.inputs.size() && states.size() == graph_.states.size(),
+             graph_.function, ": wrong number of inputs or states");
+  const size_t n = graph_.nodes.size();
+  std::vector<Tensor> values(n);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Node& node = graph_.node(graph_.inputs[k]);
+    KILN_CHECK(inputs[k].shape() == node.shape && inputs[k].dtype() == node.dtype,
+               graph_.function, ": input ", node.name, " is ", shape_str(inputs[k].shape()),
+               " ", dtype_name(inputs[k].dtype()), ", compiled for ", shape_str(node.shape), " ",
+               dtype_name(node.dtype));
+    values[size_t(graph_.inputs[k])] = inputs[k];
+  }
+  for (size_t k = 0; k < states.size(); ++k) {
+    const Node& node = graph_.node(graph_.states[k]);
+    KILN_CHECK(states[k].shape() == node.shape && states[k].dtype() == node.dtype,
+               graph_.function, ": state ", node.name, " is ", shape_str(states[k].shape()),
+               ", compiled for ", shape_str(node.shape));
+    values[size_t(graph_.states[k])] = states[k];
+  }
+  std::vector<Tensor> args;
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = graph_.nodes[i];
+    if (node.op == Op::Input || node.op == Op::State) continue;
+    if (node.op == Op::Weight) {
+      values[i] = weights_[i];
+      continue;
+    }
+    args.clear();
+    for (Value in : node.inputs) args.push_back(values[size_t(in)]);
+    Tensor out;
+    if (op_info(node.op).view) {
+      out = Tensor(args[0].storage(), args[0].offset(), node.shape, node.dtype);
+    } else if (offset_[i] >= 0) {
+      out = Tensor(arena_.storage(), size_t(offset_[i]), node.shape, node.dtype);
+    } else {
+      out = Tensor::empty(node.shape, node.dtype);
+    }
+    backend_.run(node, prepared_[i].get(), args, out, ctx);
+    values[i] = std::move(out);
+  }
+  std::vector<Tensor> outs;
+  for (Value o : graph_.outputs) outs.push_back(values[size_t(o)]);
+  return outs;
+}
+
+}  // namespace kiln::graph

@@ -1,0 +1,60 @@
+// Executables: a Graph made runnable on a Backend, compiled or eager.
+//
+// compile(): named stages (verify, fuse_*, dead code, prepare, plan), each switchable through
+// CompileOptions. The plan assigns every intermediate an offset in one arena by liveness, so a
+// compiled run allocates nothing. eager(): the same graph, unfused, each op's output allocated as it
+// runs; the reference path for the compiled one (tests hold them equal within rounding).
+//
+// Threading: an Executable runs one call at a time (it owns its arena).
+//
+// Example:
+//   auto exe = Executable::compile(graph, backend, weights, {});
+//   std::vector<Tensor> outs = exe->run({ids, positions, mask}, {k0, v0, ...}, {.slot_offset = 0});
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/graph/backend.h"
+#include "kiln/graph/graph.h"
+
+namespace kiln::graph {
+
+struct CompileOptions {
+  bool fuse = true;  // all fusion passes
+  bool fuse_linears = true, fuse_silu_mul = true, fuse_qk_norm_rope = true, fuse_residual = true;
+  bool plan_memory = true;
+};
+
+class Executable {
+ public:
+  static std::shared_ptr<Executable> compile(Graph g, Backend& backend, WeightStore& weights,
+                                             const CompileOptions& options);
+  static std::shared_ptr<Executable> eager(Graph g, Backend& backend, WeightStore& weights);
+
+  // inputs follow graph.inputs order, states graph.states order. Outputs are views into the arena
+  // (compiled) and stay valid until the next run.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& states,
+                          const RunContext& ctx);
+
+  const Graph& graph() const { return graph_; }
+  size_t arena_bytes() const { return arena_bytes_; }
+  bool compiled() const { return compiled_; }
+
+ private:
+  Executable(Graph g, Backend& backend) : graph_(std::move(g)), backend_(backend) {}
+  void prepare(WeightStore& weights);
+  void plan();
+
+  Graph graph_;
+  Backend& backend_;
+  bool compiled_ = false;
+  std::vector<std::shared_ptr<void>> prepared_;  // per node
+  std::vector<Tensor> weights_;                  // per node (Weight nodes only)
+  std::vector<int64_t> offset_;                  // per node: arena offset, -1 when not planned
+  size_t arena_bytes_ = 0;
+  Tensor arena_;
+};
+
+}  // namespace kiln::graph

@@ -1,0 +1,22 @@
+// Graph passes, run in named stages by compile() (see executor.h). Each pass keeps the graph valid
+// (verify() runs after each) and can be switched off through CompileOptions for bisecting.
+//
+// Fusions (each replaces a composition of simpler ops that stays the eager/reference path):
+//   fuse_sibling_linears  Linear ops reading the same x (q/k/v, gate/up) -> one Linear + SplitColumns
+//   fuse_silu_mul         Mul(SiLU(gate), up) over one fused gate_up   -> SiluMul
+//   fuse_qk_norm_rope     split + per-head RMSNorm + RoPE + cache writes -> QKNormRopeCache
+//   fuse_residual         Add(r, Linear(x))                             -> LinearResidual (GEMM epilogue)
+//   eliminate_dead_code   drops nodes no output or side effect needs
+#pragma once
+
+#include "kiln/graph/graph.h"
+
+namespace kiln::graph {
+
+Graph fuse_sibling_linears(const Graph& g);
+Graph fuse_silu_mul(const Graph& g);
+Graph fuse_qk_norm_rope(const Graph& g);
+Graph fuse_residual(const Graph& g);
+Graph eliminate_dead_code(const Graph& g);
+
+}  // namespace kiln::graph

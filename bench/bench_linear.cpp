@@ -1,0 +1,149 @@
+// Linear-layer benchmark on the Qwen3-0.6B shapes (hidden 1024, 28 layers, intermediate 3072,
+// vocab 151936), bf16, against rooflines measured in the same process:
+//   decode  (M = 1..8): GB/s of packed weights streamed, vs measure_memory_bandwidth()
+//   prefill (M = 128, 512): GFLOP/s, vs the machine's bf16 vdpbf16ps peak (~836 GFLOP/s on 2 cores,
+//   shared/MACHINE.md) and vs measure_gemm_peak(bf16).
+// Every layer gets its own packed copy, as in the real model, so decode cannot hit in cache.
+//
+// Usage: OMP_NUM_THREADS=2 bench_linear [--reps R] [--layers L] [--peak GFLOPS]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kiln/backends/cpu/kernels.h"
+#include "kiln/core/threads.h"
+
+namespace {
+
+using kiln::DType;
+using kiln::Tensor;
+using kiln::cpu::PackedLinear;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Tensor random_bf16(int64_t rows, int64_t cols, uint32_t seed) {
+  Tensor t = Tensor::empty({rows, cols}, DType::bf16);
+  auto* p = t.data<uint16_t>();
+  uint32_t s = seed;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    s = s * 1664525u + 1013904223u;
+    p[i] = kiln::f32_to_bf16(float(int32_t(s >> 8) - (1 << 23)) / float(1 << 26));
+  }
+  return t;
+}
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 7, layers = 28;
+  double machine_peak = 836e9;  // shared/MACHINE.md: vdpbf16ps on both cores
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--layers")) layers = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--peak")) machine_peak = std::atof(argv[i + 1]) * 1e9;
+  }
+  std::printf("threads %d, layers %d, best of %d repeats\n", kiln::num_threads(), layers, reps);
+  const double bw = kiln::cpu::measure_memory_bandwidth();
+  const double peak = kiln::cpu::measure_gemm_peak(DType::bf16);
+  std::printf("measured: stream read %.1f GB/s, linear() bf16 peak (M=512 N=K=2048) %.0f GFLOP/s"
+              " (%.0f%% of %.0f machine peak)\n",
+              bw / 1e9, peak / 1e9, 100 * peak / machine_peak, machine_peak / 1e9);
+
+  const std::vector<Shape> shapes = {{"qkv", 4096, 1024},
+                                     {"o_proj", 1024, 2048},
+                                     {"gate_up", 6144, 1024},
+                                     {"down", 1024, 3072}};
+  std::vector<std::vector<std::shared_ptr<PackedLinear>>> packed(shapes.size());
+  size_t total_bytes = 0;
+  const double t_pack = now_s();
+  for (size_t s = 0; s < shapes.size(); ++s) {
+    Tensor w = random_bf16(shapes[s].n, shapes[s].k, uint32_t(s + 1));
+    for (int l = 0; l < layers; ++l) {
+      packed[s].push_back(PackedLinear::pack(w, DType::bf16));
+      total_bytes += packed[s].back()->bytes();
+    }
+  }
+  auto lm_head = PackedLinear::pack(random_bf16(151936, 1024, 99), DType::bf16);
+  total_bytes += lm_head->bytes();
+  std::printf("packed %.3f GB of bf16 weights in %.2f s\n\n", total_bytes / 1e9, now_s() - t_pack);
+
+  for (int64_t M : {1, 2, 4, 8, 128, 512}) {
+    const bool decode = M <= 8;
+    Tensor x = random_bf16(M, 3072, 7);
+    Tensor y = Tensor::zeros({M, 151936}, DType::f32);
+    double sum_t = 0, sum_bytes = 0, sum_flops = 0;
+    for (size_t s = 0; s < shapes.size(); ++s) {
+      const int64_t n = shapes[s].n, k = shapes[s].k;
+      Tensor xs = x.reshape({M * 3072}).slice0(0, M * k).reshape({M, k});
+      Tensor ys = Tensor::empty({M, n}, DType::f32);
+      linear(xs, *packed[s][0], ys);  // warm the primitive cache
+      double best = 1e30;
+      for (int r = 0; r < reps; ++r) {
+        const double t0 = now_s();
+        for (int l = 0; l < layers; ++l) linear(xs, *packed[s][l], ys);
+        best = std::min(best, (now_s() - t0) / layers);
+      }
+      const double bytes = double(packed[s][0]->bytes()), flops = 2.0 * M * n * k;
+      sum_t += best * layers;
+      sum_bytes += bytes * layers;
+      sum_flops += flops * layers;
+      if (decode) {
+        std::printf("M=%-4lld %-8s N=%-6lld K=%-5lld %8.1f us %6.1f GB/s (%3.0f%% of bw)\n",
+                    (long long)M, shapes[s].name, (long long)n, (long long)k, best * 1e6,
+                    bytes / best / 1e9, 100 * bytes / best / bw);
+      } else {
+        std::printf("M=%-4lld %-8s N=%-6lld K=%-5lld %8.1f us %6.0f GFLOP/s (%3.0f%% of machine"
+                    " peak, %3.0f%% of linear peak)\n",
+                    (long long)M, shapes[s].name, (long long)n, (long long)k, best * 1e6,
+                    flops / best / 1e9, 100 * flops / best / machine_peak,
+                    100 * flops / best / peak);
+      }
+    }
+    // lm_head: decode runs it on the last token only.
+    {
+      Tensor xs = x.reshape({M * 3072}).slice0(0, M * 1024).reshape({M, 1024});
+      linear(xs, *lm_head, y);
+      double best = 1e30;
+      for (int r = 0; r < std::max(3, reps / 2); ++r) {
+        const double t0 = now_s();
+        linear(xs, *lm_head, y);
+        best = std::min(best, now_s() - t0);
+      }
+      const double bytes = double(lm_head->bytes()), flops = 2.0 * M * 151936 * 1024;
+      sum_t += best;
+      sum_bytes += bytes;
+      sum_flops += flops;
+      if (decode) {
+        std::printf("M=%-4lld lm_head  N=151936 K=1024  %8.1f us %6.1f GB/s (%3.0f%% of bw)\n",
+                    (long long)M, best * 1e6, bytes / best / 1e9, 100 * bytes / best / bw);
+      } else {
+        std::printf("M=%-4lld lm_head  N=151936 K=1024  %8.1f us %6.0f GFLOP/s (%3.0f%% of"
+                    " machine peak)\n",
+                    (long long)M, best * 1e6, flops / best / 1e9, 100 * flops / best / machine_peak);
+      }
+    }
+    if (decode) {
+      std::printf("M=%-4lld all linears of one token step: %.2f ms, %.1f GB/s (%.0f%% of bw),"
+                  " %.1f steps/s\n\n",
+                  (long long)M, sum_t * 1e3, sum_bytes / sum_t / 1e9, 100 * sum_bytes / sum_t / bw,
+                  1 / sum_t);
+    } else {
+      std::printf("M=%-4lld all linears: %.1f ms, %.0f GFLOP/s (%.0f%% of machine peak),"
+                  " %.0f tokens/s\n\n",
+                  (long long)M, sum_t * 1e3, sum_flops / sum_t / 1e9,
+                  100 * sum_flops / sum_t / machine_peak, M / sum_t);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,72 @@
+// gemm(): plain GEMMs for training (dX = dY @ W, dW += dY^T @ X) through oneDNN matmul, with the
+// transposes expressed as strides (no copies) and beta as a sum post-op.
+#include <cstring>
+#include <string>
+
+#include "kiln/backends/cpu/kernels.h"
+#include "kiln/backends/cpu/linear_dnnl.h"
+#include "kiln/core/error.h"
+
+namespace kiln::cpu {
+
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float beta, Tensor& c) {
+  using dnnl::memory;
+  KILN_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2, "gemm: a ", shape_str(a.shape()),
+             ", b ", shape_str(b.shape()), ", c ", shape_str(c.shape()), " must be 2-D");
+  KILN_CHECK(c.dtype() == DType::f32, "gemm: c must be f32, got ", dtype_name(c.dtype()));
+  for (const Tensor* t : {&a, &b}) {
+    KILN_CHECK(t->dtype() == DType::f32 || t->dtype() == DType::bf16, "gemm: input dtype ",
+               dtype_name(t->dtype()), " must be f32 or bf16");
+  }
+  const int64_t M = trans_a ? a.dim(1) : a.dim(0), K = trans_a ? a.dim(0) : a.dim(1);
+  const int64_t Kb = trans_b ? b.dim(1) : b.dim(0), N = trans_b ? b.dim(0) : b.dim(1);
+  KILN_CHECK(K == Kb && c.dim(0) == M && c.dim(1) == N, "gemm: op(a) [", M, ", ", K,
+             "] @ op(b) [", Kb, ", ", N, "] does not give c ", shape_str(c.shape()));
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // empty sum: c = beta * c
+    float* p = c.data<float>();
+    for (int64_t i = 0; i < M * N; ++i) p[i] = beta == 0.f ? 0.f : beta * p[i];
+    return;
+  }
+
+  // Mixed inputs multiply in f32 (the bf16 operand is widened into a scratch buffer).
+  const DType t = a.dtype() == b.dtype() ? a.dtype() : DType::f32;
+  const void* pa = a.raw();
+  const void* pb = b.raw();
+  if (a.dtype() != t) {
+    void* s = detail::thread_scratch(1, size_t(a.numel()) * dtype_size(t));
+    convert(a.raw(), a.dtype(), s, t, a.numel());
+    pa = s;
+  }
+  if (b.dtype() != t) {
+    void* s = detail::thread_scratch(2, size_t(b.numel()) * dtype_size(t));
+    convert(b.raw(), b.dtype(), s, t, b.numel());
+    pb = s;
+  }
+
+  const auto dt = detail::to_dnnl(t);
+  const memory::desc a_md({M, K}, dt, trans_a ? memory::dims{1, M} : memory::dims{K, 1});
+  const memory::desc b_md({K, N}, dt, trans_b ? memory::dims{1, K} : memory::dims{N, 1});
+  const memory::desc c_md({M, N}, memory::data_type::f32, memory::format_tag::ab);
+  uint32_t beta_bits;
+  std::memcpy(&beta_bits, &beta, 4);
+  const std::string key = "gemm:" + std::to_string(M) + "," + std::to_string(N) + "," +
+                          std::to_string(K) + "," + std::to_string(int(trans_a)) +
+                          std::to_string(int(trans_b)) + "," + std::string(dtype_name(t)) + "," +
+                          std::to_string(beta_bits);
+  const auto& mm = detail::matmul_cache().get(key, [&] {
+    dnnl::post_ops po;
+    if (beta != 0.f) po.append_sum(beta);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr,
+                                        detail::dnnl_engine());
+  });
+  auto& eng = detail::dnnl_engine();
+  detail::run_matmul(mm, {{DNNL_ARG_SRC, memory(a_md, eng, const_cast<void*>(pa))},
+                          {DNNL_ARG_WEIGHTS, memory(b_md, eng, const_cast<void*>(pb))},
+                          {DNNL_ARG_DST, memory(c_md, eng, c.raw())}});
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,185 @@
+// PackedLinear and linear(): one packed weight layout serves decode (own AVX512_BF16 GEMV) and
+// prefill (oneDNN brgemm matmul). See docs/notes/cpu-gemm.md for the measurements behind it.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "kiln/backends/cpu/kernels.h"
+#include "kiln/backends/cpu/linear_dnnl.h"
+#include "kiln/core/error.h"
+
+namespace kiln::cpu {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+// Rows up to which the GEMV beats oneDNN's matmul on the shared layout (measured, see the notes).
+constexpr int64_t kGemvMaxM = 8;
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+class PackedLinearImpl final : public PackedLinear {
+ public:
+  PackedLinearImpl(int64_t n, int64_t k, DType compute) : n_(n), k_(k), compute_(compute) {}
+
+  int64_t out_features() const override { return n_; }
+  int64_t in_features() const override { return k_; }
+  DType compute_dtype() const override { return compute_; }
+  size_t bytes() const override { return buf_->bytes; }
+
+  // Fills the packed buffer from w [N, K] (f32 or bf16, contiguous).
+  void pack_from(const Tensor& w) {
+    auto& eng = detail::dnnl_engine();
+    const memory::dims dims = {k_, n_};
+    if (compute_ == DType::bf16) {
+      wmd_ = memory::desc(dims, memory::data_type::bf16, Tag::BA16a64b2a);
+      kp_ = round_up(k_, detail::kBlockK);
+    } else {
+      // f32: let oneDNN choose its preferred blocked layout for a prefill-sized problem; the same
+      // layout is then used for every M.
+      memory::desc src({128, k_}, memory::data_type::f32, Tag::ab);
+      memory::desc wany(dims, memory::data_type::f32, Tag::any);
+      memory::desc dst({128, n_}, memory::data_type::f32, Tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wany, dst), eng);
+      wmd_ = pd.weights_desc();
+      kp_ = k_;
+    }
+    buf_ = std::make_unique<detail::HugeBuffer>(wmd_.get_size());
+    if (k_ % detail::kBlockK != 0 || n_ % detail::kBlockN != 0) {
+      std::memset(buf_->ptr, 0, buf_->bytes);  // padding must be zero: the GEMV reads it
+    }
+    memory::desc src_md(dims, detail::to_dnnl(w.dtype()), Tag::ba);  // W [N, K] as [K, N]^T
+    memory src_mem(src_md, eng, w.raw());
+    memory dst_mem(wmd_, eng, buf_->ptr);
+    dnnl::stream stream(eng);
+    dnnl::reorder(src_mem, dst_mem).execute(stream, src_mem, dst_mem);
+    stream.wait();
+  }
+
+  int64_t n_, k_, kp_ = 0;
+  DType compute_;
+  memory::desc wmd_;
+  std::unique_ptr<detail::HugeBuffer> buf_;
+};
+
+void check_weight(const Tensor& w, const char* what) {
+  KILN_CHECK(w.defined() && w.ndim() == 2, what, ": weight must be 2-D, got ", shape_str(w.shape()));
+  KILN_CHECK(w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f16, what,
+             ": weight dtype ", dtype_name(w.dtype()), " not supported");
+}
+
+void check_compute(DType compute) {
+  KILN_CHECK(compute == DType::f32 || compute == DType::bf16, "PackedLinear: compute dtype ",
+             dtype_name(compute), " must be f32 or bf16");
+}
+
+}  // namespace
+
+std::shared_ptr<PackedLinear> PackedLinear::pack(const Tensor& w, DType compute) {
+  check_weight(w, "PackedLinear::pack");
+  check_compute(compute);
+  auto p = std::make_shared<PackedLinearImpl>(w.dim(0), w.dim(1), compute);
+  p->pack_from(w.dtype() == DType::f16 ? w.to(DType::f32) : w);
+  return p;
+}
+
+std::shared_ptr<PackedLinear> PackedLinear::pack_concat(const std::vector<Tensor>& ws,
+                                                        DType compute) {
+  KILN_CHECK(!ws.empty(), "PackedLinear::pack_concat: no weights");
+  check_compute(compute);
+  const int64_t k = ws[0].ndim() == 2 ? ws[0].dim(1) : -1;
+  int64_t n = 0;
+  bool same = true;
+  for (const Tensor& w : ws) {
+    check_weight(w, "PackedLinear::pack_concat");
+    KILN_CHECK(w.dim(1) == k, "PackedLinear::pack_concat: in_features differ (", w.dim(1), " vs ",
+               k, ")");
+    n += w.dim(0);
+    same = same && w.dtype() == ws[0].dtype();
+  }
+  // Rows stacked into a plain temporary (a few MB for fused QKV / gate_up), then packed once.
+  const DType t = same && ws[0].dtype() != DType::f16 ? ws[0].dtype() : DType::f32;
+  Tensor cat = Tensor::empty({n, k}, t);
+  char* dst = static_cast<char*>(cat.raw());
+  for (const Tensor& w : ws) {
+    convert(w.raw(), w.dtype(), dst, t, w.numel());
+    dst += w.numel() * dtype_size(t);
+  }
+  return pack(cat, compute);
+}
+
+void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor* residual) {
+  const auto& w = dynamic_cast<const PackedLinearImpl&>(packed);
+  const int64_t N = w.n_, K = w.k_;
+  KILN_CHECK(x.ndim() >= 1 && x.dim(-1) == K, "linear: x ", shape_str(x.shape()),
+             " does not end in in_features ", K);
+  KILN_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, "linear: x dtype ",
+             dtype_name(x.dtype()));
+  const int64_t M = x.numel() / K;
+  KILN_CHECK(y.numel() == M * N && y.dim(-1) == N, "linear: y ", shape_str(y.shape()),
+             " is not [", M, ", ", N, "]");
+  KILN_CHECK(y.dtype() == DType::f32 || y.dtype() == DType::bf16, "linear: y dtype ",
+             dtype_name(y.dtype()));
+  const float* res = nullptr;
+  if (residual) {
+    KILN_CHECK(residual->dtype() == DType::f32 && residual->numel() == M * N,
+               "linear: residual must be f32 [", M, ", ", N, "], got ",
+               dtype_name(residual->dtype()), " ", shape_str(residual->shape()));
+    res = residual->data<float>();
+  }
+  if (M == 0) return;
+
+  if (w.compute_ == DType::bf16 && M <= kGemvMaxM && detail::gemv_bf16_available()) {
+    // Decode: x to bf16 once, zero-padded to Kp, then stream the weights.
+    const int64_t kp = w.kp_;
+    auto* xb = static_cast<uint16_t*>(detail::thread_scratch(1, size_t(M * kp) * 2));
+    for (int64_t m = 0; m < M; ++m) {
+      const char* src = static_cast<const char*>(x.raw()) + m * K * dtype_size(x.dtype());
+      convert(src, x.dtype(), xb + m * kp, DType::bf16, K);
+      std::fill(xb + m * kp + K, xb + (m + 1) * kp, uint16_t(0));
+    }
+    detail::gemv_bf16(xb, M, kp, static_cast<const uint16_t*>(w.buf_->ptr), N, y.raw(),
+                      y.dtype() == DType::bf16, res);
+    return;
+  }
+
+  // Prefill: oneDNN matmul on the packed weights, residual fused as a post-op.
+  const void* src = x.raw();
+  if (x.dtype() != w.compute_) {
+    void* tmp = detail::thread_scratch(1, size_t(M * K) * dtype_size(w.compute_));
+    convert(x.raw(), x.dtype(), tmp, w.compute_, M * K);
+    src = tmp;
+  }
+  // Epilogue: 0 none, 1 sum (residual is y itself, added in place), 2 binary add (separate).
+  int epilogue = 0;
+  if (res) epilogue = (res == y.raw() && y.dtype() == DType::f32) ? 1 : 2;
+  const std::string key = "linear:" + std::to_string(M) + "," + std::to_string(N) + "," +
+                          std::to_string(K) + "," + std::string(dtype_name(w.compute_)) + "," +
+                          std::string(dtype_name(y.dtype())) + "," + std::to_string(epilogue);
+  const memory::desc src_md({M, K}, detail::to_dnnl(w.compute_), Tag::ab);
+  const memory::desc dst_md({M, N}, detail::to_dnnl(y.dtype()), Tag::ab);
+  const memory::desc res_md({M, N}, memory::data_type::f32, Tag::ab);
+  const auto& mm = detail::matmul_cache().get(key, [&] {
+    dnnl::post_ops po;
+    if (epilogue == 1) po.append_sum(1.f);
+    if (epilogue == 2) po.append_binary(dnnl::algorithm::binary_add, res_md);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, w.wmd_, dst_md), attr,
+                                        detail::dnnl_engine());
+  });
+  auto& eng = detail::dnnl_engine();
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(src))},
+      {DNNL_ARG_WEIGHTS, memory(w.wmd_, eng, w.buf_->ptr)},
+      {DNNL_ARG_DST, memory(dst_md, eng, y.raw())}};
+  if (epilogue == 2) {
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                 memory(res_md, eng, const_cast<float*>(res)));
+  }
+  detail::run_matmul(mm, std::move(args));
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,102 @@
+// oneDNN plumbing shared by the CPU GEMM paths (see linear_dnnl.h).
+#include "kiln/backends/cpu/linear_dnnl.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+#include "kiln/core/error.h"
+
+namespace kiln::cpu::detail {
+
+dnnl::engine& dnnl_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+const CachedMatmul& MatmulCache::get(const std::string& key,
+                                     const std::function<dnnl::matmul::primitive_desc()>& make) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key);
+  if (it != map_.end()) return *it->second;
+  auto m = std::make_unique<CachedMatmul>();
+  m->pd = make();
+  m->prim = dnnl::matmul(m->pd);
+  m->scratch_bytes = m->pd.scratchpad_desc().get_size();
+  // Entries are never erased, so the returned reference stays valid after the lock is released.
+  return *map_.emplace(key, std::move(m)).first->second;
+}
+
+size_t MatmulCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return map_.size();
+}
+
+MatmulCache& matmul_cache() {
+  static MatmulCache cache;
+  return cache;
+}
+
+namespace {
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+struct ScratchSlot {
+  std::unique_ptr<void, AlignedFree> ptr;
+  size_t bytes = 0;
+};
+}  // namespace
+
+void* thread_scratch(int slot, size_t bytes) {
+  thread_local std::vector<ScratchSlot> slots;
+  if (size_t(slot) >= slots.size()) slots.resize(slot + 1);
+  ScratchSlot& s = slots[slot];
+  if (s.bytes < bytes) {
+    size_t n = (bytes + 4095) / 4096 * 4096;
+    void* p = std::aligned_alloc(64, n);
+    KILN_CHECK(p != nullptr, "scratch allocation of ", n, " bytes failed");
+    s.ptr.reset(p);
+    s.bytes = n;
+  }
+  return s.ptr.get();
+}
+
+void run_matmul(const CachedMatmul& m, std::unordered_map<int, dnnl::memory> args) {
+  thread_local dnnl::stream stream(dnnl_engine());
+  if (m.scratch_bytes > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 dnnl::memory(m.pd.scratchpad_desc(), dnnl_engine(),
+                              thread_scratch(0, m.scratch_bytes)));
+  }
+  m.prim.execute(stream, args);
+  stream.wait();
+}
+
+dnnl::memory::data_type to_dnnl(DType t) {
+  switch (t) {
+    case DType::f32: return dnnl::memory::data_type::f32;
+    case DType::bf16: return dnnl::memory::data_type::bf16;
+    case DType::f16: return dnnl::memory::data_type::f16;
+    default: KILN_CHECK(false, "no oneDNN type for dtype ", dtype_name(t));
+  }
+  return dnnl::memory::data_type::undef;
+}
+
+HugeBuffer::HugeBuffer(size_t n) : bytes(n) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  if (n < kHuge) {  // small weights (tests, tiny models): huge pages would only waste memory
+    ptr = std::aligned_alloc(64, std::max<size_t>((n + 63) / 64 * 64, 64));
+    KILN_CHECK(ptr != nullptr, "allocation of ", n, " bytes failed");
+    return;
+  }
+  size_t rounded = (n + kHuge - 1) / kHuge * kHuge;
+  ptr = std::aligned_alloc(kHuge, rounded);
+  KILN_CHECK(ptr != nullptr, "allocation of ", rounded, " bytes failed");
+  madvise(ptr, rounded, MADV_HUGEPAGE);  // advisory: a failure only costs speed
+}
+
+HugeBuffer::~HugeBuffer() { std::free(ptr); }
+
+}  // namespace kiln::cpu::detail

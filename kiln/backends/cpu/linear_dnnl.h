@@ -1,0 +1,87 @@
+// Internal to the CPU backend: the oneDNN plumbing shared by linear.cpp, gemm.cpp and roofline.cpp,
+// and the bf16 GEMV that reads oneDNN's blocked weight layout (see docs/notes/cpu-gemm.md).
+//
+// Threading: oneDNN (Debian's build) uses the OpenMP runtime, so it runs on kiln's one pool. Every
+// primitive is created once per shape and cached (MatmulCache); executing a cached primitive from
+// several threads at once is safe because each call passes its own scratchpad (user mode).
+//
+// Example:
+//   auto& pd = detail::matmul_cache().get(key, [&] { return make_pd(...); });
+//   detail::run_matmul(pd, {{DNNL_ARG_SRC, src}, ...});
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "kiln/core/dtype.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace kiln::cpu::detail {
+
+dnnl::engine& dnnl_engine();
+
+// A cached matmul: the primitive and its descriptor (to size the scratchpad).
+struct CachedMatmul {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  size_t scratch_bytes = 0;
+};
+
+// Thread-safe map from a shape/dtype/epilogue key to a created primitive. Creation happens once per
+// key (under the lock, so two threads never build the same primitive twice); lookups afterwards
+// cost one hash of a short string.
+class MatmulCache {
+ public:
+  const CachedMatmul& get(const std::string& key,
+                          const std::function<dnnl::matmul::primitive_desc()>& make);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::unique_ptr<CachedMatmul>> map_;
+};
+MatmulCache& matmul_cache();
+
+// Executes `m` with `args` (plus a per-thread scratchpad) on a per-thread stream and waits.
+void run_matmul(const CachedMatmul& m, std::unordered_map<int, dnnl::memory> args);
+
+// A per-thread growable scratch buffer (64-byte aligned); `slot` separates simultaneous uses.
+// Grown buffers are kept, so steady-state calls never allocate.
+void* thread_scratch(int slot, size_t bytes);
+
+dnnl::memory::data_type to_dnnl(DType t);
+
+// Memory for large packed weights: 2 MiB aligned and advised for transparent huge pages, because
+// first-touching 4 KiB pages is slow on this VM (see shared/MACHINE.md) and huge pages cut TLB
+// misses while streaming weights.
+struct HugeBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  explicit HugeBuffer(size_t n);
+  ~HugeBuffer();
+  HugeBuffer(const HugeBuffer&) = delete;
+  HugeBuffer& operator=(const HugeBuffer&) = delete;
+};
+
+// The bf16 weight layout: oneDNN's BA16a64b2a for logical weights [K, N]. N is split into blocks of
+// 64 columns (outermost); within a block, K is padded to a multiple of 32 and stored as K/2 rows of
+// 64 columns x 2 consecutive k (128 bf16 = 256 bytes per k pair). So one 64-column block is one
+// contiguous stream of Kp * 64 bf16, exactly what vdpbf16ps wants (16 columns x 2 k per register).
+constexpr int64_t kBlockN = 64;
+constexpr int64_t kBlockK = 32;
+
+// y[m, n] (m < M, n < N) = sum_k x[m, k] * W[n, k] (+ residual[m, n]) on the packed layout above.
+//   xb: bf16 [M, Kp] (zero-padded past K); w: packed, Np = round_up(N, 64) columns;
+//   y: f32 or bf16 (y_bf16) [M, N] with row stride N; residual: f32 [M, N] or null, may alias y.
+// Splits N-blocks over the OpenMP threads. M <= 8.
+void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N, void* y,
+               bool y_bf16, const float* residual);
+// Whether gemv_bf16 is compiled with AVX512_BF16 (otherwise linear() uses oneDNN for every M).
+bool gemv_bf16_available();
+
+}  // namespace kiln::cpu::detail

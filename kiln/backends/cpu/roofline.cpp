@@ -1,0 +1,111 @@
+// Rooflines measured on the running machine, for `kiln bench`: streaming read bandwidth and the
+// best rate of linear() itself (so "% of peak" compares kiln with what its own GEMM can reach).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "kiln/backends/cpu/kernels.h"
+#include "kiln/backends/cpu/linear_dnnl.h"
+#include "kiln/core/error.h"
+#include "kiln/core/threads.h"
+
+namespace kiln::cpu {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Sums `lines` 64-byte lines starting at p (64-byte aligned): a pure read stream the compiler
+// cannot drop.
+uint64_t sum_lines(const uint64_t* p, int64_t lines) {
+#if defined(__AVX512F__)
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  const __m512i* q = reinterpret_cast<const __m512i*>(p);
+  const __m512i* end = q + lines;
+  for (; end - q >= 4; q += 4) {
+    a0 = _mm512_add_epi64(a0, _mm512_load_si512(q));
+    a1 = _mm512_add_epi64(a1, _mm512_load_si512(q + 1));
+    a2 = _mm512_add_epi64(a2, _mm512_load_si512(q + 2));
+    a3 = _mm512_add_epi64(a3, _mm512_load_si512(q + 3));
+  }
+  for (; q < end; ++q) a0 = _mm512_add_epi64(a0, _mm512_load_si512(q));
+  alignas(64) uint64_t out[8];
+  _mm512_store_si512(out, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  uint64_t s = 0;
+  for (uint64_t v : out) s += v;
+  return s;
+#else
+  uint64_t s[8] = {};
+  for (int64_t i = 0; i < lines; ++i)
+    for (int j = 0; j < 8; ++j) s[j] += p[8 * i + j];
+  uint64_t t = 0;
+  for (uint64_t v : s) t += v;
+  return t;
+#endif
+}
+
+}  // namespace
+
+double measure_memory_bandwidth() {
+  // 256 MiB: far beyond any cache here, small enough to fault in quickly with huge pages. It is
+  // freed on return (call this before loading a model so the process's peak RSS is unaffected).
+  constexpr size_t kBytes = size_t(256) << 20;
+  detail::HugeBuffer buf(kBytes);
+  auto* words = static_cast<uint64_t*>(buf.ptr);
+  const int64_t n = int64_t(kBytes / 8);
+  // First touch from the threads that will read it (spreads the page-fault work).
+  parallel_for(n, [&](int64_t b, int64_t e) {
+    std::memset(words + b, 1, size_t(e - b) * 8);
+  }, 1 << 16);
+  volatile uint64_t sink = 0;
+  double best = 0;
+  const double t_start = now_s();
+  for (int rep = 0; rep < 20; ++rep) {
+    std::vector<uint64_t> partial(size_t(num_threads()) * 8, 0);
+    const double t0 = now_s();
+    // Chunks aligned to 64 bytes (8 words) so the aligned loads are valid.
+    const int64_t lines = n / 8;
+    parallel_for(lines, [&](int64_t b, int64_t e) {
+      partial[size_t(omp_get_thread_num()) * 8] += sum_lines(words + b * 8, e - b);
+    }, 1 << 12);
+    const double t = now_s() - t0;
+    for (uint64_t v : partial) sink = sink + v;
+    best = std::max(best, double(kBytes) / t);
+    if (rep >= 4 && now_s() - t_start > 0.5) break;
+  }
+  return best;
+}
+
+double measure_gemm_peak(DType dtype) {
+  KILN_CHECK(dtype == DType::bf16 || dtype == DType::f32, "measure_gemm_peak: dtype ",
+             dtype_name(dtype), " must be f32 or bf16");
+  constexpr int64_t M = 512, N = 2048, K = 2048;
+  std::vector<float> wv(size_t(N * K)), xv(size_t(M * K));
+  uint32_t s = 12345;
+  auto rnd = [&s] {
+    s = s * 1664525u + 1013904223u;
+    return float(int32_t(s >> 8) - (1 << 23)) / float(1 << 23);
+  };
+  for (float& v : wv) v = rnd();
+  for (float& v : xv) v = rnd();
+  auto w = PackedLinear::pack(Tensor::from_vector(wv, {N, K}), dtype);
+  Tensor x = Tensor::from_vector(xv, {M, K}).to(dtype);
+  Tensor y = Tensor::empty({M, N}, DType::f32);
+  linear(x, *w, y);  // creates and caches the primitive
+  double best = 0;
+  const double t_start = now_s();
+  for (int rep = 0; rep < 30; ++rep) {
+    const double t0 = now_s();
+    linear(x, *w, y);
+    const double t = now_s() - t0;
+    best = std::max(best, 2.0 * M * N * K / t);
+    if (rep >= 4 && now_s() - t_start > 0.5) break;
+  }
+  return best;
+}
+
+}  // namespace kiln::cpu

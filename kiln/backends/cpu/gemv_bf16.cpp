@@ -111,6 +111,9 @@ void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int
                bool y_bf16, const float* residual) {
   const int64_t nblocks = (N + kBlockN - 1) / kBlockN;
   const int64_t block_elems = Kp * kBlockN;
+  // Each thread gets at least ~64 KiB of weights: below that, waking the pool costs more than the
+  // stream itself (tiny models, tests).
+  const int64_t min_blocks = std::max<int64_t>(1, (int64_t(64) << 10) / (block_elems * 2));
   parallel_for(nblocks, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const uint16_t* wblk = w + b * block_elems;
@@ -125,7 +128,7 @@ void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int
         }
       }
     }
-  });
+  }, min_blocks);
 }
 
 bool gemv_bf16_available() { return true; }

@@ -36,13 +36,9 @@ class PackedLinearImpl final : public PackedLinear {
       wmd_ = memory::desc(dims, memory::data_type::bf16, Tag::BA16a64b2a);
       kp_ = round_up(k_, detail::kBlockK);
     } else {
-      // f32: let oneDNN choose its preferred blocked layout for a prefill-sized problem; the same
-      // layout is then used for every M.
-      memory::desc src({128, k_}, memory::data_type::f32, Tag::ab);
-      memory::desc wany(dims, memory::data_type::f32, Tag::any);
-      memory::desc dst({128, n_}, memory::data_type::f32, Tag::ab);
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wany, dst), eng);
-      wmd_ = pd.weights_desc();
+      // f32 is the checking path: plain W [N, K] (as [K, N] transposed), which every oneDNN matmul
+      // implementation accepts for every M; blocked f32 layouts are rejected for some small M.
+      wmd_ = memory::desc(dims, memory::data_type::f32, Tag::ba);
       kp_ = k_;
     }
     buf_ = std::make_unique<detail::HugeBuffer>(wmd_.get_size());
@@ -151,14 +147,18 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor
     convert(x.raw(), x.dtype(), tmp, w.compute_, M * K);
     src = tmp;
   }
+  // oneDNN has no f32 x f32 -> bf16 matmul: that case writes f32 scratch, converted at the end.
+  const bool via_f32 = w.compute_ == DType::f32 && y.dtype() == DType::bf16;
+  void* dst = via_f32 ? detail::thread_scratch(2, size_t(M * N) * 4) : y.raw();
+  const DType dst_t = via_f32 ? DType::f32 : y.dtype();
   // Epilogue: 0 none, 1 sum (residual is y itself, added in place), 2 binary add (separate).
   int epilogue = 0;
   if (res) epilogue = (res == y.raw() && y.dtype() == DType::f32) ? 1 : 2;
   const std::string key = "linear:" + std::to_string(M) + "," + std::to_string(N) + "," +
                           std::to_string(K) + "," + std::string(dtype_name(w.compute_)) + "," +
-                          std::string(dtype_name(y.dtype())) + "," + std::to_string(epilogue);
+                          std::string(dtype_name(dst_t)) + "," + std::to_string(epilogue);
   const memory::desc src_md({M, K}, detail::to_dnnl(w.compute_), Tag::ab);
-  const memory::desc dst_md({M, N}, detail::to_dnnl(y.dtype()), Tag::ab);
+  const memory::desc dst_md({M, N}, detail::to_dnnl(dst_t), Tag::ab);
   const memory::desc res_md({M, N}, memory::data_type::f32, Tag::ab);
   const auto& mm = detail::matmul_cache().get(key, [&] {
     dnnl::post_ops po;
@@ -174,12 +174,13 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor
   std::unordered_map<int, memory> args = {
       {DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(src))},
       {DNNL_ARG_WEIGHTS, memory(w.wmd_, eng, w.buf_->ptr)},
-      {DNNL_ARG_DST, memory(dst_md, eng, y.raw())}};
+      {DNNL_ARG_DST, memory(dst_md, eng, dst)}};
   if (epilogue == 2) {
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
                  memory(res_md, eng, const_cast<float*>(res)));
   }
   detail::run_matmul(mm, std::move(args));
+  if (via_f32) convert(dst, DType::f32, y.raw(), DType::bf16, M * N);
 }
 
 }  // namespace kiln::cpu

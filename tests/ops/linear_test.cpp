@@ -1,0 +1,227 @@
+// linear() and PackedLinear against a double-precision reference, for both compute dtypes, the
+// decode (GEMV, M <= 8) and prefill (oneDNN) paths, odd shapes (K not a multiple of 32, N not a
+// multiple of 64), residual epilogues (separate and aliasing y), bf16 output and pack_concat.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/backends/cpu/kernels.h"
+
+namespace kiln::cpu {
+namespace {
+
+std::vector<float> random_values(int64_t n, uint32_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t s = seed * 2654435761u + 1;
+  for (float& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = float(int32_t(s >> 8) - (1 << 23)) / float(1 << 23);  // [-1, 1)
+  }
+  return v;
+}
+
+// Rounds to bf16 and back (round to nearest even), as the bf16 compute path does to x and W.
+std::vector<float> round_bf16(std::vector<float> v) {
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
+struct Reference {
+  std::vector<double> y;    // [M, N]
+  std::vector<double> mag;  // sum_k |x||w|, the scale of the rounding error
+};
+
+Reference reference(const std::vector<float>& x, const std::vector<float>& w,
+                    const std::vector<float>* residual, int64_t M, int64_t N, int64_t K) {
+  Reference r{std::vector<double>(size_t(M * N)), std::vector<double>(size_t(M * N))};
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0, a = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        double p = double(x[m * K + k]) * double(w[n * K + k]);
+        s += p;
+        a += std::fabs(p);
+      }
+      if (residual) s += (*residual)[m * N + n];
+      r.y[m * N + n] = s;
+      r.mag[m * N + n] = a;
+    }
+  }
+  return r;
+}
+
+// Max |got - ref| / tolerance over all elements (<= 1 passes), so a failure reports how far off.
+// The reference multiplies the same (bf16-rounded where the kernel rounds) inputs exactly, so the
+// tolerance only covers f32 accumulation (2^-12 of sum |x||w|, loose for K <= 1024) plus the final
+// rounding of a bf16 output (2^-8 relative).
+double worst_ratio(const std::vector<float>& got, const Reference& ref, DType out) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double tol = ref.mag[i] * std::ldexp(1.0, -12);
+    if (out == DType::bf16) tol += std::fabs(ref.y[i]) * std::ldexp(1.0, -8);
+    tol += 1e-6;
+    worst = std::max(worst, std::fabs(double(got[i]) - ref.y[i]) / tol);
+  }
+  return worst;
+}
+
+struct Case {
+  DType compute;
+  int64_t M, N, K;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return std::string(dtype_name(c.compute)) + "_M" + std::to_string(c.M) + "_N" +
+         std::to_string(c.N) + "_K" + std::to_string(c.K);
+}
+
+class LinearTest : public testing::TestWithParam<Case> {};
+
+TEST_P(LinearTest, MatchesReference) {
+  const auto [compute, M, N, K] = GetParam();
+  const auto wv = random_values(N * K, 1), xv = random_values(M * K, 2);
+  const auto rv = random_values(M * N, 3);
+  auto w = PackedLinear::pack(Tensor::from_vector(wv, {N, K}), compute);
+  EXPECT_EQ(w->out_features(), N);
+  EXPECT_EQ(w->in_features(), K);
+  EXPECT_EQ(w->compute_dtype(), compute);
+  EXPECT_GE(w->bytes(), size_t(N * K) * dtype_size(compute));
+  // Packing pads to 64 x 32 blocks at most: a bounded memory overhead.
+  EXPECT_LE(w->bytes(), size_t((N + 63) / 64 * 64 * ((K + 31) / 32 * 32)) * dtype_size(compute));
+
+  for (DType xt : {DType::f32, DType::bf16}) {
+    // bf16 compute rounds x and W; a bf16 x is rounded already.
+    const bool rx = compute == DType::bf16 || xt == DType::bf16;
+    const auto xr = rx ? round_bf16(xv) : xv;
+    const auto wr = compute == DType::bf16 ? round_bf16(wv) : wv;
+    const Reference plain = reference(xr, wr, nullptr, M, N, K);
+    const Reference with_res = reference(xr, wr, &rv, M, N, K);
+    Tensor x = Tensor::from_vector(xv, {M, K}).to(xt);
+    for (DType yt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string("x ") + std::string(dtype_name(xt)) + ", y " +
+                   std::string(dtype_name(yt)));
+      Tensor y = Tensor::empty({M, N}, yt);
+      linear(x, *w, y);
+      EXPECT_LE(worst_ratio(y.to_f32_vector(), plain, yt), 1.0);
+      // Residual in a separate tensor (binary-add epilogue), y of either dtype.
+      Tensor res = Tensor::from_vector(rv, {M, N});
+      linear(x, *w, y, &res);
+      EXPECT_LE(worst_ratio(y.to_f32_vector(), with_res, yt), 1.0);
+    }
+    // Residual aliasing y (in-place add, the fused residual of a transformer block).
+    Tensor y = Tensor::from_vector(rv, {M, N});
+    linear(x, *w, y, &y);
+    EXPECT_LE(worst_ratio(y.to_f32_vector(), with_res, DType::f32), 1.0);
+  }
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (DType c : {DType::bf16, DType::f32}) {
+    for (int64_t m : {1, 2, 3, 7, 8, 33, 128}) out.push_back({c, m, 1000, 200});
+    for (int64_t m : {1, 5, 9}) {
+      out.push_back({c, m, 64, 32});
+      out.push_back({c, m, 17, 1});
+      out.push_back({c, m, 130, 70});
+      out.push_back({c, m, 129, 1024});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearTest, testing::ValuesIn(cases()), case_name);
+
+TEST(Linear, BatchedInputShape) {
+  // x [B, T, K] is treated as [B*T, K].
+  const auto wv = random_values(48 * 40, 4), xv = random_values(2 * 3 * 40, 5);
+  auto w = PackedLinear::pack(Tensor::from_vector(wv, {48, 40}), DType::bf16);
+  Tensor y3 = Tensor::empty({2, 3, 48}, DType::f32), y2 = Tensor::empty({6, 48}, DType::f32);
+  linear(Tensor::from_vector(xv, {2, 3, 40}), *w, y3);
+  linear(Tensor::from_vector(xv, {6, 40}), *w, y2);
+  EXPECT_EQ(y3.to_f32_vector(), y2.to_f32_vector());
+}
+
+TEST(Linear, PackConcatEqualsSeparatePacks) {
+  const int64_t K = 200;
+  const std::vector<int64_t> ns = {100, 37, 64};
+  std::vector<Tensor> ws;
+  std::vector<std::shared_ptr<PackedLinear>> parts;
+  for (size_t i = 0; i < ns.size(); ++i) {
+    ws.push_back(Tensor::from_vector(random_values(ns[i] * K, 10 + uint32_t(i)), {ns[i], K}));
+    parts.push_back(PackedLinear::pack(ws.back(), DType::bf16));
+  }
+  // Mixed source dtypes are allowed.
+  ws[1] = ws[1].to(DType::bf16);
+  auto fused = PackedLinear::pack_concat(ws, DType::bf16);
+  ASSERT_EQ(fused->out_features(), 201);
+  ASSERT_EQ(fused->in_features(), K);
+  for (int64_t M : {1, 3, 40}) {
+    SCOPED_TRACE("M " + std::to_string(M));
+    Tensor x = Tensor::from_vector(random_values(M * K, 20), {M, K});
+    Tensor yf = Tensor::empty({M, 201}, DType::f32);
+    linear(x, *fused, yf);
+    const auto got = yf.to_f32_vector();
+    int64_t col = 0;
+    for (size_t i = 0; i < ns.size(); ++i) {
+      Tensor yp = Tensor::empty({M, ns[i]}, DType::f32);
+      linear(x, *parts[i], yp);
+      const auto want = yp.to_f32_vector();
+      double worst = 0;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < ns[i]; ++n)
+          worst = std::max(worst, double(std::fabs(got[m * 201 + col + n] - want[m * ns[i] + n])));
+      EXPECT_LE(worst, 1e-4) << "part " << i;
+      col += ns[i];
+    }
+  }
+}
+
+TEST(Linear, PackFromBf16EqualsPackFromF32) {
+  // Weights already representable in bf16 pack to the same bits from either source dtype.
+  const int64_t N = 70, K = 50;
+  Tensor wb = Tensor::from_vector(random_values(N * K, 30), {N, K}).to(DType::bf16);
+  auto a = PackedLinear::pack(wb, DType::bf16), b = PackedLinear::pack(wb.to(DType::f32),
+                                                                       DType::bf16);
+  Tensor x = Tensor::from_vector(random_values(2 * K, 31), {2, K});
+  Tensor ya = Tensor::empty({2, N}, DType::f32), yb = Tensor::empty({2, N}, DType::f32);
+  linear(x, *a, ya);
+  linear(x, *b, yb);
+  EXPECT_EQ(ya.to_f32_vector(), yb.to_f32_vector());
+}
+
+TEST(Linear, DecodeAndPrefillPathsAgree) {
+  // Row m of a batched (prefill-path) call equals the single-row (GEMV-path) call within rounding.
+  const int64_t N = 300, K = 96, M = 20;
+  auto w = PackedLinear::pack(Tensor::from_vector(random_values(N * K, 40), {N, K}), DType::bf16);
+  Tensor x = Tensor::from_vector(random_values(M * K, 41), {M, K}).to(DType::bf16);
+  Tensor y = Tensor::empty({M, N}, DType::f32);
+  linear(x, *w, y);
+  const auto all = y.to_f32_vector();
+  for (int64_t m : {0, 7, 19}) {
+    Tensor y1 = Tensor::empty({1, N}, DType::f32);
+    linear(x.slice0(m, m + 1), *w, y1);
+    const auto one = y1.to_f32_vector();
+    for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(one[n], all[m * N + n], 1e-4) << m << "," << n;
+  }
+}
+
+TEST(Linear, PrimitivesAreReusedAcrossCalls) {
+  // Repeated calls with the same shape must give identical results (a cached primitive, a reused
+  // scratchpad), including after a call with another shape in between.
+  const int64_t N = 96, K = 64;
+  auto w = PackedLinear::pack(Tensor::from_vector(random_values(N * K, 50), {N, K}), DType::bf16);
+  Tensor x = Tensor::from_vector(random_values(40 * K, 51), {40, K});
+  Tensor a = Tensor::empty({40, N}, DType::f32), b = Tensor::empty({40, N}, DType::f32);
+  Tensor c = Tensor::empty({12, N}, DType::f32);
+  linear(x, *w, a);
+  linear(x.slice0(0, 12), *w, c);
+  linear(x, *w, b);
+  EXPECT_EQ(a.to_f32_vector(), b.to_f32_vector());
+}
+
+}  // namespace
+}  // namespace kiln::cpu

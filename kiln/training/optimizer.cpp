@@ -1,0 +1,150 @@
+#include "kiln/training/optimizer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <regex>
+
+#include "kiln/core/error.h"
+#include "kiln/core/threads.h"
+#include "kiln/io/safetensors.h"
+
+namespace kiln::training {
+
+namespace {
+constexpr int64_t kChunk = 1 << 14;  // elements per parallel work item
+}
+
+bool applies_weight_decay(const std::string& name) {
+  static const std::regex forbidden(R"(bias|layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.))");
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
+  return !std::regex_search(lower, forbidden);
+}
+
+AdamW::AdamW(const std::vector<Parameter>& params, AdamWOptions options) : opt_(options) {
+  for (const auto& p : params) {
+    KILN_CHECK(p.value.dtype() == DType::f32, "parameter ", p.name, " must be f32 master weight");
+    decay_.push_back(applies_weight_decay(p.name));
+    exp_avg_.push_back(Tensor::zeros(p.value.shape(), DType::f32));
+    exp_avg_sq_.push_back(Tensor::zeros(p.value.shape(), DType::f32));
+  }
+}
+
+void AdamW::step(std::vector<Parameter>& params, const std::vector<Tensor>& grads, double lr) {
+  KILN_CHECK(params.size() == exp_avg_.size() && grads.size() == params.size(),
+             "AdamW::step: parameter count changed");
+  ++step_;
+  // Scalars are computed in double and applied in f32, as PyTorch does for f32 tensors.
+  const double bc1 = 1.0 - std::pow(opt_.beta1, double(step_));
+  const double bc2 = 1.0 - std::pow(opt_.beta2, double(step_));
+  const float step_size = float(lr / bc1);
+  const float bc2_sqrt = float(std::sqrt(bc2));
+  const float beta1 = float(opt_.beta1), one_minus_beta1 = float(1.0 - opt_.beta1);
+  const float beta2 = float(opt_.beta2), one_minus_beta2 = float(1.0 - opt_.beta2);
+  const float eps = float(opt_.eps);
+  for (size_t i = 0; i < params.size(); ++i) {
+    KILN_CHECK(grads[i].numel() == params[i].value.numel(), "gradient shape of ", params[i].name);
+    float* p = params[i].value.data<float>();
+    const float* g = grads[i].data<float>();
+    float* m = exp_avg_[i].data<float>();
+    float* v = exp_avg_sq_[i].data<float>();
+    const bool decay = decay_[i] && opt_.weight_decay != 0.0;
+    const float decay_factor = float(1.0 - lr * opt_.weight_decay);
+    parallel_for(
+        params[i].value.numel(),
+        [&](int64_t b, int64_t e) {
+          if (decay)
+            for (int64_t k = b; k < e; ++k) p[k] *= decay_factor;
+          for (int64_t k = b; k < e; ++k) {
+            float mk = m[k] * beta1 + g[k] * one_minus_beta1;
+            float vk = v[k] * beta2 + one_minus_beta2 * (g[k] * g[k]);
+            m[k] = mk;
+            v[k] = vk;
+            float denom = std::sqrt(vk) / bc2_sqrt + eps;
+            p[k] += -step_size * (mk / denom);
+          }
+        },
+        kChunk);
+  }
+}
+
+void AdamW::save(const std::string& path, const std::vector<Parameter>& params) const {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    tensors.emplace_back(params[i].name + ".exp_avg", exp_avg_[i]);
+    tensors.emplace_back(params[i].name + ".exp_avg_sq", exp_avg_sq_[i]);
+  }
+  io::save_safetensors(path, tensors,
+                       {{"format", "kiln-adamw"}, {"step", std::to_string(step_)}});
+}
+
+void AdamW::load(const std::string& path, const std::vector<Parameter>& params) {
+  auto f = io::SafetensorsFile::open(path);
+  auto meta = f->metadata().find("step");
+  if (meta == f->metadata().end()) throw Error(path, "no 'step' in the metadata");
+  int64_t step = 0;
+  try {
+    step = std::stoll(meta->second);
+  } catch (const std::exception&) {
+    throw Error(path, "metadata 'step' is not an integer: '" + meta->second + "'");
+  }
+  KILN_CHECK(params.size() == exp_avg_.size(), "parameter count changed");
+  for (const auto& p : params)
+    for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
+      std::string name = p.name + suffix;
+      if (!f->contains(name)) throw Error(path, "missing optimizer tensor '" + name + "'");
+      const auto& info = f->info(name);
+      if (info.dtype_str != "F32" || info.shape != p.value.shape())
+        throw Error(path + ": " + name, "expected F32 " + shape_str(p.value.shape()) + ", got " +
+                                            info.dtype_str + " " + shape_str(info.shape));
+    }
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::memcpy(exp_avg_[i].raw(), f->tensor(params[i].name + ".exp_avg").raw(),
+                exp_avg_[i].nbytes());
+    std::memcpy(exp_avg_sq_[i].raw(), f->tensor(params[i].name + ".exp_avg_sq").raw(),
+                exp_avg_sq_[i].nbytes());
+  }
+  step_ = step;
+}
+
+double global_grad_norm(const std::vector<Tensor>& grads) {
+  double total = 0;
+  for (const auto& g : grads) {
+    const float* x = g.data<float>();
+    int64_t n = g.numel(), blocks = (n + kChunk - 1) / kChunk;
+    std::vector<double> partial(size_t(blocks), 0.0);
+    parallel_for(blocks, [&](int64_t b, int64_t e) {
+      for (int64_t blk = b; blk < e; ++blk) {
+        double s = 0;
+        int64_t end = std::min(n, (blk + 1) * kChunk);
+        for (int64_t k = blk * kChunk; k < end; ++k) s += double(x[k]) * double(x[k]);
+        partial[size_t(blk)] = s;
+      }
+    });
+    for (double s : partial) total += s;
+  }
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {
+  double norm = global_grad_norm(grads);
+  if (max_norm <= 0 || !std::isfinite(norm)) return norm;
+  double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return norm;
+  const float c = float(coef);
+  for (auto& g : grads) {
+    float* x = g.data<float>();
+    parallel_for(
+        g.numel(),
+        [&](int64_t b, int64_t e) {
+          for (int64_t k = b; k < e; ++k) x[k] *= c;
+        },
+        kChunk);
+  }
+  return norm;
+}
+
+}  // namespace kiln::training

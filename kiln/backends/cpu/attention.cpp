@@ -1,0 +1,565 @@
+// Attention over a static KV cache with grouped-query heads, causal by slot, masked by kv_mask.
+//
+// Three paths compute the same thing (online softmax in f32, a query with no visible slot gives 0):
+//  - decode (T * group <= 8, D % 16 == 0, AVX-512): the cache is split along L into chunks (flash-
+//    decoding), each chunk streams its K rows then its V rows contiguously for all heads, and the
+//    per-chunk (max, sum, acc) partials are merged at the end. This path is memory bound: it reads
+//    each K/V byte once, the two q heads of a group sharing the read.
+//  - prefill (AVX-512): work items are (batch, kv head, block of queries); the rows of an item are
+//    all (query, q head of the group) pairs, so a group's q heads share each K/V block. Scores are
+//    computed transposed (S^T [keys, rows] = K Q^T with Q^T prepared once per item), which makes the
+//    per-row softmax reductions vertical vector ops. Memory is O(block), never O(T * L).
+//  - scalar: any D and any ISA; one query row at a time. Also the reference the tests compare to.
+// Only slots [first visible, min(last visible + 1, slot_offset + T)) are read, so a decode step
+// against a partly filled cache streams only the filled part.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kiln/backends/cpu/kernels.h"
+#include "kiln/backends/cpu/simd.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Dims {
+  int64_t b, t, hq, hkv, d, l, g;  // g: q heads per kv head
+  int64_t slot_offset;
+  float scale;
+};
+
+// Visible slot range of each batch row: [lo, hi) bounds every slot with kv_mask == 1.
+struct VisRange {
+  int64_t lo = 0, hi = 0;
+};
+
+std::vector<VisRange> visible_ranges(const Tensor& kv_mask) {
+  const int64_t b = kv_mask.dim(0), l = kv_mask.dim(1);
+  const int32_t* m = kv_mask.data<int32_t>();
+  std::vector<VisRange> out(static_cast<size_t>(b));
+  for (int64_t i = 0; i < b; ++i) {
+    int64_t lo = 0, hi = l;
+    while (lo < l && m[i * l + lo] == 0) ++lo;
+    while (hi > lo && m[i * l + hi - 1] == 0) --hi;
+    out[size_t(i)] = {lo, hi};
+  }
+  return out;
+}
+
+float* grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+template <typename KT>
+inline float elem(const KT* p, int64_t i) {
+  if constexpr (std::is_same_v<KT, float>)
+    return p[i];
+  else
+    return bf16_to_f32(p[i]);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Scalar path: one (b, t, h) row at a time, online softmax over its visible slots.
+template <typename KT>
+void attention_scalar(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
+                      const std::vector<VisRange>& vis, Tensor& out) {
+  const int64_t rows = a.b * a.t * a.hq;
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    std::vector<float> acc(static_cast<size_t>(a.d)), res(static_cast<size_t>(a.d));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t h = r % a.hq, bt = r / a.hq, ti = bt % a.t, bi = bt / a.t;
+      const int64_t kvh = h / a.g;
+      const float* qr = q + r * a.d;
+      std::fill(acc.begin(), acc.end(), 0.f);
+      float m = kNegInf, lsum = 0.f;
+      const int64_t hi = std::min(vis[size_t(bi)].hi, a.slot_offset + ti + 1);
+      for (int64_t j = vis[size_t(bi)].lo; j < hi; ++j) {
+        if (!mask[bi * a.l + j]) continue;
+        const int64_t off = ((bi * a.l + j) * a.hkv + kvh) * a.d;
+        float s = 0.f;
+        for (int64_t i = 0; i < a.d; ++i) s += qr[i] * elem(k, off + i);
+        s *= a.scale;
+        const float m_new = std::max(m, s);
+        const float alpha = m == kNegInf ? 0.f : std::exp(m - m_new);
+        const float p = std::exp(s - m_new);
+        lsum = lsum * alpha + p;
+        for (int64_t i = 0; i < a.d; ++i) acc[size_t(i)] = acc[size_t(i)] * alpha + p * elem(v, off + i);
+        m = m_new;
+      }
+      const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+      for (int64_t i = 0; i < a.d; ++i) res[size_t(i)] = acc[size_t(i)] * inv;
+      detail::store_row(res.data(), a.d, out.raw(), out.dtype(), r * a.d);
+    }
+  });
+}
+
+#ifdef __AVX512F__
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const bf16_t* p) { return detail::load_bf16x16(p); }
+
+// ------------------------------------------------------------------------------------------------
+// Decode path.
+
+// Scores of RG query rows against one K row: s[r * 16 + jj] = q_r . k (unscaled).
+template <int RG, typename KT>
+inline void decode_scores(const float* const* qrows, const KT* kp, int64_t d, float* s,
+                          int64_t jj) {
+  __m512 acc[RG];
+  for (int r = 0; r < RG; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < d; i += 16) {
+    const __m512 kv = load16(kp + i);
+    for (int r = 0; r < RG; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qrows[r] + i), kv, acc[r]);
+  }
+  for (int r = 0; r < RG; ++r) s[r * 16 + jj] = _mm512_reduce_add_ps(acc[r]);
+}
+
+// acc_r[0, 16 * NV) = acc_r * alpha_r + sum_jj p_r[jj] * v_jj for one or two rows.
+template <int NV, bool kTwo, typename KT>
+inline void decode_pv(const KT* vp, int64_t slot_stride, int64_t nb, uint32_t bits, const float* p0,
+                      const float* p1, float alpha0, float alpha1, float* acc0, float* acc1) {
+  __m512 a0[NV], a1[NV];
+  const __m512 al0 = _mm512_set1_ps(alpha0), al1 = _mm512_set1_ps(alpha1);
+  for (int i = 0; i < NV; ++i) {
+    a0[i] = _mm512_mul_ps(_mm512_loadu_ps(acc0 + 16 * i), al0);
+    if (kTwo) a1[i] = _mm512_mul_ps(_mm512_loadu_ps(acc1 + 16 * i), al1);
+  }
+  for (int64_t jj = 0; jj < nb; ++jj) {
+    // Masked slots are skipped, not multiplied by 0: an unused cache slot may hold anything.
+    if (!(bits >> jj & 1u)) continue;
+    const KT* row = vp + jj * slot_stride;
+    const __m512 b0 = _mm512_set1_ps(p0[jj]);
+    const __m512 b1 = kTwo ? _mm512_set1_ps(p1[jj]) : b0;
+    for (int i = 0; i < NV; ++i) {
+      const __m512 vv = load16(row + 16 * i);
+      a0[i] = _mm512_fmadd_ps(b0, vv, a0[i]);
+      if (kTwo) a1[i] = _mm512_fmadd_ps(b1, vv, a1[i]);
+    }
+  }
+  for (int i = 0; i < NV; ++i) {
+    _mm512_storeu_ps(acc0 + 16 * i, a0[i]);
+    if (kTwo) _mm512_storeu_ps(acc1 + 16 * i, a1[i]);
+  }
+}
+
+template <int NV, typename KT>
+inline void decode_pv_dispatch_rows(const KT* vp, int64_t slot_stride, int64_t nb, uint32_t bits,
+                                    const float* p0,
+                                    const float* p1, float alpha0, float alpha1, float* acc0,
+                                    float* acc1) {
+  if (p1)
+    decode_pv<NV, true>(vp, slot_stride, nb, bits, p0, p1, alpha0, alpha1, acc0, acc1);
+  else
+    decode_pv<NV, false>(vp, slot_stride, nb, bits, p0, p0, alpha0, alpha0, acc0, acc0);
+}
+
+template <typename KT>
+void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint32_t bits, int64_t d,
+                      const float* p0,
+                      const float* p1, float alpha0, float alpha1, float* acc0, float* acc1) {
+  for (int64_t d0 = 0; d0 < d; d0 += 128) {
+    const int64_t nv = std::min<int64_t>(8, (d - d0) / 16);
+    float* c1 = acc1 ? acc1 + d0 : nullptr;
+    switch (nv) {
+#define KILN_PV_CASE(n)                                                                     \
+  case n:                                                                                   \
+    decode_pv_dispatch_rows<n>(vp + d0, slot_stride, nb, bits, p0, p1, alpha0, alpha1, acc0 + d0, \
+                               c1);                                                         \
+    break;
+      KILN_PV_CASE(1) KILN_PV_CASE(2) KILN_PV_CASE(3) KILN_PV_CASE(4)
+      KILN_PV_CASE(5) KILN_PV_CASE(6) KILN_PV_CASE(7) KILN_PV_CASE(8)
+#undef KILN_PV_CASE
+    }
+  }
+}
+
+struct DecodeChunk {
+  int64_t b, j_begin, j_end;
+};
+
+// One chunk of slots of one batch row for all T * Hq query rows. Writes unnormalised partials:
+// pm[r], pl[r], pacc[r * D] for r = t * Hq + h.
+template <typename KT>
+void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
+                  const DecodeChunk& c, float* pm, float* pl, float* pacc) {
+  const int64_t rows = a.t * a.hq, rg = a.t * a.g;
+  thread_local std::vector<float> s_buf;
+  float* s = grow(s_buf, size_t(rows * 16));
+  const float* qb = q + c.b * rows * a.d;
+  for (int64_t r = 0; r < rows; ++r) {
+    pm[r] = kNegInf;
+    pl[r] = 0.f;
+  }
+  std::fill(pacc, pacc + rows * a.d, 0.f);
+  // Rows of kv head g, in (t, q head of group) order.
+  std::vector<int64_t> grow_idx(static_cast<size_t>(rg));
+  std::vector<const float*> qrows(static_cast<size_t>(rg));
+  std::vector<float> alpha(static_cast<size_t>(rows));
+  const int64_t slot_stride = a.hkv * a.d;
+  for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += 16) {
+    const int64_t nb = std::min<int64_t>(16, c.j_end - j0);
+    uint32_t base = 0;
+    for (int64_t jj = 0; jj < nb; ++jj)
+      if (mask[c.b * a.l + j0 + jj]) base |= 1u << jj;
+    // Scores for all rows (K block streamed once, all kv heads).
+    for (int64_t g = 0; g < a.hkv; ++g) {
+      for (int64_t t = 0; t < a.t; ++t)
+        for (int64_t gi = 0; gi < a.g; ++gi) {
+          const int64_t r = t * a.hq + g * a.g + gi;
+          grow_idx[size_t(t * a.g + gi)] = r;
+          qrows[size_t(t * a.g + gi)] = qb + r * a.d;
+        }
+      float* sg = s + g * rg * 16;
+      for (int64_t jj = 0; jj < nb; ++jj) {
+        if (!(base >> jj & 1u)) continue;
+        const KT* kp = k + ((c.b * a.l + j0 + jj) * a.hkv + g) * a.d;
+        switch (rg) {
+#define KILN_SC_CASE(n) \
+  case n:               \
+    decode_scores<n>(qrows.data(), kp, a.d, sg, jj);  \
+    break;
+          KILN_SC_CASE(1) KILN_SC_CASE(2) KILN_SC_CASE(3) KILN_SC_CASE(4)
+          KILN_SC_CASE(5) KILN_SC_CASE(6) KILN_SC_CASE(7) KILN_SC_CASE(8)
+#undef KILN_SC_CASE
+        }
+      }
+    }
+    // Online softmax per row over this block; s becomes p (grouped layout [g][rg][16]).
+    for (int64_t g = 0; g < a.hkv; ++g)
+      for (int64_t t = 0; t < a.t; ++t) {
+        // Causal: slots j <= slot_offset + t.
+        const int64_t lim = a.slot_offset + t - j0;  // last visible jj
+        uint32_t vis = base;
+        if (lim < 15) vis &= lim < 0 ? 0u : (2u << lim) - 1u;
+        const __mmask16 vm = __mmask16(vis);
+        for (int64_t gi = 0; gi < a.g; ++gi) {
+          const int64_t r = t * a.hq + g * a.g + gi;
+          float* sp = s + (g * rg + t * a.g + gi) * 16;
+          __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), vm,
+                                         _mm512_mul_ps(_mm512_loadu_ps(sp), _mm512_set1_ps(a.scale)));
+          const float mb = vis ? _mm512_mask_reduce_max_ps(vm, sv) : kNegInf;
+          const float m_new = std::max(pm[r], mb);
+          if (m_new == kNegInf) {
+            _mm512_storeu_ps(sp, _mm512_setzero_ps());
+            alpha[size_t(r)] = 1.f;
+            continue;
+          }
+          alpha[size_t(r)] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
+          const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(sv, _mm512_set1_ps(m_new)));
+          _mm512_storeu_ps(sp, p);
+          pl[r] = pl[r] * alpha[size_t(r)] + _mm512_reduce_add_ps(p);
+          pm[r] = m_new;
+        }
+      }
+    // acc += p V (V block streamed once), rows of a group in pairs.
+    for (int64_t g = 0; g < a.hkv; ++g) {
+      const KT* vp = v + ((c.b * a.l + j0) * a.hkv + g) * a.d;
+      for (int64_t i = 0; i < rg; i += 2) {
+        const int64_t t0 = i / a.g, r0 = t0 * a.hq + g * a.g + i % a.g;
+        const float* p0 = s + (g * rg + i) * 16;
+        const float* p1 = nullptr;
+        float* acc1 = nullptr;
+        float alpha1 = 1.f;
+        if (i + 1 < rg) {
+          const int64_t t1 = (i + 1) / a.g, r1 = t1 * a.hq + g * a.g + (i + 1) % a.g;
+          p1 = p0 + 16;
+          acc1 = pacc + r1 * a.d;
+          alpha1 = alpha[size_t(r1)];
+        }
+        decode_pv_chunks(vp, slot_stride, nb, base, a.d, p0, p1, alpha[size_t(r0)], alpha1,
+                         pacc + r0 * a.d, acc1);
+      }
+    }
+  }
+}
+
+template <typename KT>
+void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
+                      const std::vector<VisRange>& vis, Tensor& out) {
+  const int64_t threads = num_threads();
+  std::vector<DecodeChunk> chunks;
+  std::vector<int64_t> first(static_cast<size_t>(a.b + 1));  // chunks of batch row b: [first[b], first[b + 1])
+  const int64_t per_batch_max = std::max<int64_t>(1, (4 * threads + a.b - 1) / a.b);
+  for (int64_t b = 0; b < a.b; ++b) {
+    first[size_t(b)] = int64_t(chunks.size());
+    const int64_t lo = vis[size_t(b)].lo;
+    const int64_t hi = std::min(vis[size_t(b)].hi, a.slot_offset + a.t);
+    if (hi <= lo) {
+      chunks.push_back({b, lo, lo});
+      continue;
+    }
+    const int64_t n = std::clamp<int64_t>((hi - lo + 255) / 256, 1, per_batch_max);
+    int64_t len = ((hi - lo + n - 1) / n + 15) / 16 * 16;
+    for (int64_t j = lo; j < hi; j += len) chunks.push_back({b, j, std::min(hi, j + len)});
+  }
+  first[size_t(a.b)] = int64_t(chunks.size());
+  const int64_t rows = a.t * a.hq, nchunks = int64_t(chunks.size());
+  // Partials live on the calling thread and are reused across calls: fresh pages cost ~10 us each.
+  thread_local std::vector<float> part_buf;
+  float* part = grow(part_buf, size_t(nchunks * rows * (a.d + 2)));
+  float* pm = part;
+  float* pl = part + nchunks * rows;
+  float* pacc = part + 2 * nchunks * rows;
+  detail::parallel_items_cyclic(nchunks, [&](int64_t c) {
+    decode_chunk(a, q, k, v, mask, chunks[size_t(c)], pm + c * rows, pl + c * rows,
+                 pacc + c * rows * a.d);
+  });
+  // Merge the chunks of each batch row.
+  parallel_for(a.b * rows, [&](int64_t i0, int64_t i1) {
+    std::vector<float> res(static_cast<size_t>(a.d));
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / rows, r = i % rows;
+      float m = kNegInf;
+      for (int64_t c = first[size_t(b)]; c < first[size_t(b + 1)]; ++c) m = std::max(m, pm[c * rows + r]);
+      std::fill(res.begin(), res.end(), 0.f);
+      float lsum = 0.f;
+      if (m != kNegInf) {
+        for (int64_t c = first[size_t(b)]; c < first[size_t(b + 1)]; ++c) {
+          if (pm[c * rows + r] == kNegInf) continue;
+          const float w = std::exp(pm[c * rows + r] - m);
+          lsum += w * pl[c * rows + r];
+          detail::axpy_f32(w, pacc + (c * rows + r) * a.d, res.data(), a.d);
+        }
+      }
+      const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+      for (float& x : res) x *= inv;
+      detail::store_row(res.data(), a.d, out.raw(), out.dtype(), (b * rows + r) * a.d);
+    }
+  });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Prefill path.
+
+constexpr int64_t kRowsMax = 64;  // rows (query, q head) per work item
+constexpr int64_t kKeyBlock = 64;
+
+// st[k][16 * i] = sum_d qt[d][16 * i] * kf[k][d] for NK keys and NR row vectors.
+template <int NR, int NK>
+inline void qk_tile(const float* qt, int64_t ldq, const float* kf, int64_t d, float* st,
+                    int64_t ldst) {
+  __m512 acc[NK][NR];
+  for (int k = 0; k < NK; ++k)
+    for (int i = 0; i < NR; ++i) acc[k][i] = _mm512_setzero_ps();
+  for (int64_t x = 0; x < d; ++x) {
+    __m512 qv[NR];
+    for (int i = 0; i < NR; ++i) qv[i] = _mm512_loadu_ps(qt + x * ldq + 16 * i);
+    for (int k = 0; k < NK; ++k) {
+      const __m512 kb = _mm512_set1_ps(kf[k * d + x]);
+      for (int i = 0; i < NR; ++i) acc[k][i] = _mm512_fmadd_ps(qv[i], kb, acc[k][i]);
+    }
+  }
+  for (int k = 0; k < NK; ++k)
+    for (int i = 0; i < NR; ++i) _mm512_storeu_ps(st + k * ldst + 16 * i, acc[k][i]);
+}
+
+template <int NR>
+void qk_block(const float* qt, int64_t ldq, const float* kf, int64_t nk_pad, int64_t d, float* st,
+              int64_t ldst) {
+  constexpr int NK = NR <= 2 ? 8 : 4;
+  for (int64_t k = 0; k < nk_pad; k += NK) qk_tile<NR, NK>(qt, ldq, kf + k * d, d, st + k * ldst, ldst);
+}
+
+// o[r][0, 16 NV) = o[r] * alpha[r] + sum_j pt[j][r] * vf[j] for NRW rows.
+template <int NRW, int NV>
+inline void pv_tile(const float* pt, int64_t ldp, int64_t nk, const float* vf, int64_t d, float* o,
+                    const float* alpha) {
+  __m512 acc[NRW][NV];
+  for (int r = 0; r < NRW; ++r) {
+    const __m512 al = _mm512_set1_ps(alpha[r]);
+    for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_mul_ps(_mm512_loadu_ps(o + r * d + 16 * i), al);
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    __m512 pb[NRW];
+    for (int r = 0; r < NRW; ++r) pb[r] = _mm512_set1_ps(pt[j * ldp + r]);
+    for (int i = 0; i < NV; ++i) {
+      const __m512 vv = _mm512_loadu_ps(vf + j * d + 16 * i);
+      for (int r = 0; r < NRW; ++r) acc[r][i] = _mm512_fmadd_ps(pb[r], vv, acc[r][i]);
+    }
+  }
+  for (int r = 0; r < NRW; ++r)
+    for (int i = 0; i < NV; ++i) _mm512_storeu_ps(o + r * d + 16 * i, acc[r][i]);
+}
+
+template <int NV>
+void pv_rows(const float* pt, int64_t ldp, int64_t nk, const float* vf, int64_t d, float* o,
+             const float* alpha, int64_t r_begin, int64_t r_end) {
+  int64_t r = r_begin;
+  for (; r + 3 <= r_end; r += 3) pv_tile<3, NV>(pt + r, ldp, nk, vf, d, o + r * d, alpha + r);
+  if (r_end - r == 2) pv_tile<2, NV>(pt + r, ldp, nk, vf, d, o + r * d, alpha + r);
+  if (r_end - r == 1) pv_tile<1, NV>(pt + r, ldp, nk, vf, d, o + r * d, alpha + r);
+}
+
+struct PrefillScratch {
+  std::vector<float> qt, kf, vf, st, o, m, l, alpha;
+};
+
+template <typename KT>
+void prefill_item(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
+                  const VisRange& vis, int64_t b, int64_t g, int64_t t0, int64_t tn, Tensor& out) {
+  thread_local PrefillScratch sc;
+  const int64_t rows = tn * a.g, rpad = (rows + 15) / 16 * 16, d = a.d;
+  float* qt = grow(sc.qt, size_t(d * rpad));
+  float* kf = grow(sc.kf, size_t(kKeyBlock * d));
+  float* vf = grow(sc.vf, size_t(kKeyBlock * d));
+  float* st = grow(sc.st, size_t(kKeyBlock * rpad));
+  float* o = grow(sc.o, size_t(rpad * d));
+  float* m = grow(sc.m, size_t(rpad));
+  float* lsum = grow(sc.l, size_t(rpad));
+  float* alpha = grow(sc.alpha, size_t(rpad));
+  // Q^T [D, rpad], pre-scaled; row r = (t0 + r / G, head g * G + r % G).
+  for (int64_t r = 0; r < rpad; ++r) {
+    if (r < rows) {
+      const float* qr = q + (((b * a.t + t0 + r / a.g) * a.hq) + g * a.g + r % a.g) * d;
+      for (int64_t x = 0; x < d; ++x) qt[x * rpad + r] = qr[x] * a.scale;
+    } else {
+      for (int64_t x = 0; x < d; ++x) qt[x * rpad + r] = 0.f;
+    }
+    m[r] = kNegInf;
+    lsum[r] = 0.f;
+  }
+  std::fill(o, o + rpad * d, 0.f);
+  const int64_t hi = std::min(vis.hi, a.slot_offset + t0 + tn);
+  for (int64_t j0 = vis.lo; j0 < hi; j0 += kKeyBlock) {
+    const int64_t nk = std::min(kKeyBlock, hi - j0), nk_pad = (nk + 7) / 8 * 8;
+    for (int64_t j = 0; j < nk_pad; ++j) {
+      if (j < nk && mask[b * a.l + j0 + j]) {
+        const int64_t off = ((b * a.l + j0 + j) * a.hkv + g) * d;
+        detail::load_row(k, std::is_same_v<KT, float> ? DType::f32 : DType::bf16, off, d, kf + j * d);
+        detail::load_row(v, std::is_same_v<KT, float> ? DType::f32 : DType::bf16, off, d, vf + j * d);
+      } else {
+        std::fill(kf + j * d, kf + (j + 1) * d, 0.f);
+        std::fill(vf + j * d, vf + (j + 1) * d, 0.f);
+      }
+    }
+    // Rows whose query precedes the whole block are untouched by it.
+    const int64_t t_min = std::max<int64_t>(0, j0 - a.slot_offset - t0);
+    const int64_t rv0 = std::min(rows, t_min * a.g) / 16, nr = rpad / 16 - rv0;
+    if (nr <= 0) continue;
+    const int64_t c0 = rv0 * 16;
+    switch (nr) {
+      case 1: qk_block<1>(qt + c0, rpad, kf, nk_pad, d, st + c0, rpad); break;
+      case 2: qk_block<2>(qt + c0, rpad, kf, nk_pad, d, st + c0, rpad); break;
+      case 3: qk_block<3>(qt + c0, rpad, kf, nk_pad, d, st + c0, rpad); break;
+      default: qk_block<4>(qt + c0, rpad, kf, nk_pad, d, st + c0, rpad); break;
+    }
+    // Mask: padded keys, kv_mask zeros, and causal (row r sees slot j iff j <= offset + t0 + r/G).
+    for (int64_t j = 0; j < nk_pad; ++j) {
+      float* sj = st + j * rpad;
+      int64_t cut;  // rows [c0, cut) are masked for key j
+      if (j >= nk || !mask[b * a.l + j0 + j])
+        cut = rpad;
+      else
+        cut = std::clamp<int64_t>((j0 + j - a.slot_offset - t0) * a.g, c0, rpad);
+      for (int64_t r = c0; r < cut; ++r) sj[r] = kNegInf;
+    }
+    // Online softmax, 16 rows per vector: the reductions over keys are vertical.
+    for (int64_t rv = rv0; rv < rpad / 16; ++rv) {
+      const int64_t c = rv * 16;
+      __m512 mb = _mm512_set1_ps(kNegInf);
+      for (int64_t j = 0; j < nk_pad; ++j) mb = _mm512_max_ps(mb, _mm512_loadu_ps(st + j * rpad + c));
+      const __m512 m_old = _mm512_loadu_ps(m + c);
+      const __m512 m_new = _mm512_max_ps(m_old, mb);
+      // Rows with nothing visible yet keep a finite reference 0 (their p and alpha are 0).
+      const __mmask16 none = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(kNegInf), _CMP_EQ_OQ);
+      const __m512 m_use = _mm512_mask_mov_ps(m_new, none, _mm512_setzero_ps());
+      const __m512 al = detail::exp512_masked_inf(_mm512_sub_ps(m_old, m_use));
+      __m512 ps = _mm512_setzero_ps();
+      for (int64_t j = 0; j < nk_pad; ++j) {
+        const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(_mm512_loadu_ps(st + j * rpad + c), m_use));
+        _mm512_storeu_ps(st + j * rpad + c, p);
+        ps = _mm512_add_ps(ps, p);
+      }
+      _mm512_storeu_ps(lsum + c, _mm512_fmadd_ps(_mm512_loadu_ps(lsum + c), al, ps));
+      _mm512_storeu_ps(m + c, m_new);
+      _mm512_storeu_ps(alpha + c, al);
+    }
+    // O = O * alpha + P V over D in chunks of 128 columns.
+    const int64_t r_begin = c0, r_end = rows;
+    for (int64_t d0 = 0; d0 < d; d0 += 128) {
+      switch (std::min<int64_t>(8, (d - d0) / 16)) {
+#define KILN_PVR_CASE(n)                                                                      \
+  case n:                                                                                     \
+    pv_rows<n>(st, rpad, nk_pad, vf + d0, d, o + d0, alpha, r_begin, r_end); \
+    break;
+        KILN_PVR_CASE(1) KILN_PVR_CASE(2) KILN_PVR_CASE(3) KILN_PVR_CASE(4)
+        KILN_PVR_CASE(5) KILN_PVR_CASE(6) KILN_PVR_CASE(7) KILN_PVR_CASE(8)
+#undef KILN_PVR_CASE
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = lsum[r] > 0.f ? 1.f / lsum[r] : 0.f;
+    float* orow = o + r * d;
+    for (int64_t x = 0; x < d; ++x) orow[x] *= inv;
+    const int64_t dst = ((b * a.t + t0 + r / a.g) * a.hq + g * a.g + r % a.g) * d;
+    detail::store_row(orow, d, out.raw(), out.dtype(), dst);
+  }
+}
+
+template <typename KT>
+void attention_prefill(const Dims& a, const float* q, const KT* k, const KT* v,
+                       const int32_t* mask, const std::vector<VisRange>& vis, Tensor& out) {
+  const int64_t tq = std::max<int64_t>(1, kRowsMax / a.g);
+  const int64_t qblocks = (a.t + tq - 1) / tq;
+  const int64_t items = a.b * a.hkv * qblocks;
+  detail::parallel_items_cyclic(items, [&](int64_t i) {
+    const int64_t qb = i % qblocks, bg = i / qblocks, g = bg % a.hkv, b = bg / a.hkv;
+    const int64_t t0 = qb * tq;
+    prefill_item(a, q, k, v, mask, vis[size_t(b)], b, g, t0, std::min(tq, a.t - t0), out);
+  });
+}
+#endif  // __AVX512F__
+
+template <typename KT>
+void attention_typed(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
+                     const std::vector<VisRange>& vis, Tensor& out) {
+#ifdef __AVX512F__
+  if (a.d % 16 == 0 && a.t * a.g <= 8) return attention_decode(a, q, k, v, mask, vis, out);
+  if (a.d % 16 == 0 && a.g <= kRowsMax) return attention_prefill(a, q, k, v, mask, vis, out);
+#endif
+  attention_scalar(a, q, k, v, mask, vis, out);
+}
+
+}  // namespace
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_mask,
+               int64_t slot_offset, Tensor& out) {
+  KILN_CHECK(q.ndim() == 4 && q.dtype() == DType::f32, "attention: q must be f32 [B, T, Hq, D], got ",
+             shape_str(q.shape()));
+  KILN_CHECK(k.ndim() == 4 && k.shape() == v.shape() && k.dtype() == v.dtype() &&
+                 detail::is_act(k.dtype()),
+             "attention: k, v must be act [B, L, Hkv, D] of one dtype, got ", shape_str(k.shape()),
+             " and ", shape_str(v.shape()));
+  Dims a;
+  a.b = q.dim(0);
+  a.t = q.dim(1);
+  a.hq = q.dim(2);
+  a.d = q.dim(3);
+  a.l = k.dim(1);
+  a.hkv = k.dim(2);
+  KILN_CHECK(k.dim(0) == a.b && k.dim(3) == a.d && a.hkv > 0 && a.hq % a.hkv == 0,
+             "attention: q ", shape_str(q.shape()), " vs k ", shape_str(k.shape()));
+  KILN_CHECK(kv_mask.dtype() == DType::i32 && kv_mask.shape() == Shape({a.b, a.l}),
+             "attention: kv_mask must be i32 [", a.b, ", ", a.l, "], got ", shape_str(kv_mask.shape()));
+  KILN_CHECK(out.shape() == q.shape() && detail::is_act(out.dtype()),
+             "attention: out must be act ", shape_str(q.shape()), ", got ", shape_str(out.shape()));
+  KILN_CHECK(slot_offset >= 0 && slot_offset + a.t <= a.l, "attention: slots [", slot_offset, ", ",
+             slot_offset + a.t, ") outside cache length ", a.l);
+  a.g = a.hq / a.hkv;
+  a.slot_offset = slot_offset;
+  a.scale = 1.f / std::sqrt(float(a.d));
+  if (q.numel() == 0) return;
+  const std::vector<VisRange> vis = visible_ranges(kv_mask);
+  const int32_t* mask = kv_mask.data<int32_t>();
+  if (k.dtype() == DType::bf16)
+    attention_typed(a, q.data<float>(), k.data<bf16_t>(), v.data<bf16_t>(), mask, vis, out);
+  else
+    attention_typed(a, q.data<float>(), k.data<float>(), v.data<float>(), mask, vis, out);
+}
+
+}  // namespace kiln::cpu

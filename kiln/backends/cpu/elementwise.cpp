@@ -1,0 +1,199 @@
+// Element-wise kernels: embedding lookup, residual add, SwiGLU and its parts, column split, KV-cache
+// write. All are memory bound: one pass, vectorised, rows split over the OpenMP pool.
+#include <cmath>
+#include <vector>
+
+#include "kiln/backends/cpu/kernels.h"
+#include "kiln/backends/cpu/simd.h"
+
+namespace kiln::cpu {
+
+using detail::is_act;
+
+namespace {
+
+// Smallest number of rows worth handing to a thread (below ~16K elements the fork costs more).
+int64_t min_rows(int64_t row_elems) {
+  int64_t r = 16384 / (row_elems > 0 ? row_elems : 1);
+  return r > 1 ? r : 1;
+}
+
+inline float silu_scalar(float g) { return g / (1.f + std::exp(-g)); }
+
+#ifdef __AVX512F__
+inline __m512 silu512(__m512 g) {
+  __m512 e = detail::exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+  return _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e));
+}
+#endif
+
+// y[i] = op(a[i], b[i]) over one row of n f32 values; y is act (f32 or bf16) at element offset.
+template <typename VecOp, typename ScalarOp>
+void binary_row(const float* a, const float* b, int64_t n, void* y, DType yt, int64_t y_off,
+                VecOp vop, ScalarOp sop) {
+  int64_t i = 0;
+#ifdef __AVX512F__
+  if (yt == DType::f32) {
+    float* d = static_cast<float*>(y) + y_off;
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(d + i, vop(_mm512_loadu_ps(a + i), b ? _mm512_loadu_ps(b + i)
+                                                            : _mm512_setzero_ps()));
+  } else {
+    bf16_t* d = static_cast<bf16_t*>(y) + y_off;
+    for (; i + 16 <= n; i += 16)
+      detail::store_bf16x16(
+          d + i, vop(_mm512_loadu_ps(a + i), b ? _mm512_loadu_ps(b + i) : _mm512_setzero_ps()));
+  }
+#else
+  (void)vop;
+#endif
+  if (yt == DType::f32) {
+    float* d = static_cast<float*>(y) + y_off;
+    for (; i < n; ++i) d[i] = sop(a[i], b ? b[i] : 0.f);
+  } else {
+    bf16_t* d = static_cast<bf16_t*>(y) + y_off;
+    for (; i < n; ++i) d[i] = f32_to_bf16(sop(a[i], b ? b[i] : 0.f));
+  }
+}
+
+#ifdef __AVX512F__
+#define KILN_VEC_OP(expr) [](__m512 va, __m512 vb) { (void)vb; return expr; }
+#else
+#define KILN_VEC_OP(expr) 0
+#endif
+
+// Runs a row-wise element-wise op over [rows, n] where inputs may be f32 or bf16 (bf16 inputs are
+// widened through a per-thread buffer).
+template <typename RowFn>
+void for_rows(int64_t rows, int64_t n, RowFn fn) {
+  parallel_for(
+      rows, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) fn(r);
+      },
+      min_rows(n));
+}
+
+const float* as_f32_row(const Tensor& t, int64_t offset, int64_t n, std::vector<float>& buf) {
+  if (t.dtype() == DType::f32) return t.data<float>() + offset;
+  buf.resize(size_t(n));
+  detail::load_row(t.raw(), t.dtype(), offset, n, buf.data());
+  return buf.data();
+}
+
+}  // namespace
+
+void embedding(const Tensor& ids, const Tensor& table, Tensor& y) {
+  KILN_CHECK(ids.dtype() == DType::i32 && ids.ndim() == 1, "embedding: ids must be i32 [N]");
+  KILN_CHECK(table.ndim() == 2 && is_act(table.dtype()), "embedding: table must be act [V, H]");
+  const int64_t n = ids.dim(0), v = table.dim(0), h = table.dim(1);
+  KILN_CHECK(y.dtype() == DType::f32 && y.shape() == Shape({n, h}), "embedding: y must be f32 [",
+             n, ", ", h, "], got ", shape_str(y.shape()));
+  const int32_t* id = ids.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    KILN_CHECK(id[i] >= 0 && id[i] < v, "embedding: id ", id[i], " out of range [0, ", v, ")");
+  float* out = y.data<float>();
+  parallel_for(
+      n,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+          detail::load_row(table.raw(), table.dtype(), int64_t(id[i]) * h, h, out + i * h);
+      },
+      min_rows(h));
+}
+
+void add(const Tensor& a, const Tensor& b, Tensor& y) {
+  KILN_CHECK(a.dtype() == DType::f32 && b.dtype() == DType::f32 && y.dtype() == DType::f32,
+             "add: f32 only");
+  const int64_t n = a.numel();
+  KILN_CHECK(b.numel() == n && y.numel() == n, "add: element counts differ: ", n, ", ", b.numel(),
+             ", ", y.numel());
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  constexpr int64_t kChunk = 4096;
+  parallel_for(
+      (n + kChunk - 1) / kChunk,
+      [&](int64_t c0, int64_t c1) {
+        int64_t lo = c0 * kChunk, hi = std::min(n, c1 * kChunk);
+        binary_row(pa + lo, pb + lo, hi - lo, y.raw(), DType::f32, lo,
+                   KILN_VEC_OP(_mm512_add_ps(va, vb)), [](float x, float z) { return x + z; });
+      },
+      4);
+}
+
+void silu_mul(const Tensor& gate_up, Tensor& y) {
+  KILN_CHECK(gate_up.ndim() == 2 && gate_up.dim(1) % 2 == 0 && is_act(gate_up.dtype()),
+             "silu_mul: gate_up must be [M, 2I]");
+  const int64_t m = gate_up.dim(0), inter = gate_up.dim(1) / 2;
+  KILN_CHECK(is_act(y.dtype()) && y.shape() == Shape({m, inter}), "silu_mul: y must be act [", m,
+             ", ", inter, "], got ", shape_str(y.shape()));
+  for_rows(m, 2 * inter, [&](int64_t r) {
+    thread_local std::vector<float> buf;
+    const float* row = as_f32_row(gate_up, r * 2 * inter, 2 * inter, buf);
+    binary_row(row, row + inter, inter, y.raw(), y.dtype(), r * inter,
+               KILN_VEC_OP(_mm512_mul_ps(silu512(va), vb)),
+               [](float g, float u) { return silu_scalar(g) * u; });
+  });
+}
+
+void silu(const Tensor& x, Tensor& y) {
+  KILN_CHECK(is_act(x.dtype()) && is_act(y.dtype()) && x.numel() == y.numel(),
+             "silu: x and y must be act with equal sizes");
+  const int64_t n = x.numel();
+  const int64_t cols = x.ndim() > 0 ? x.dim(-1) : 1, rows = cols > 0 ? n / cols : 0;
+  for_rows(rows, cols, [&](int64_t r) {
+    thread_local std::vector<float> buf;
+    const float* row = as_f32_row(x, r * cols, cols, buf);
+    binary_row(row, nullptr, cols, y.raw(), y.dtype(), r * cols, KILN_VEC_OP(silu512(va)),
+               [](float g, float) { return silu_scalar(g); });
+  });
+}
+
+void mul(const Tensor& a, const Tensor& b, Tensor& y) {
+  KILN_CHECK(is_act(a.dtype()) && is_act(b.dtype()) && is_act(y.dtype()),
+             "mul: act dtypes only");
+  const int64_t n = a.numel();
+  KILN_CHECK(b.numel() == n && y.numel() == n, "mul: element counts differ");
+  const int64_t cols = a.ndim() > 0 ? a.dim(-1) : 1, rows = cols > 0 ? n / cols : 0;
+  for_rows(rows, cols, [&](int64_t r) {
+    thread_local std::vector<float> ba, bb;
+    const float* pa = as_f32_row(a, r * cols, cols, ba);
+    const float* pb = as_f32_row(b, r * cols, cols, bb);
+    binary_row(pa, pb, cols, y.raw(), y.dtype(), r * cols, KILN_VEC_OP(_mm512_mul_ps(va, vb)),
+               [](float p, float q) { return p * q; });
+  });
+}
+
+void split_columns(const Tensor& x, int64_t col_begin, Tensor& y) {
+  KILN_CHECK(x.ndim() == 2 && y.ndim() == 2 && x.dim(0) == y.dim(0),
+             "split_columns: x [M, C], y [M, W] expected, got ", shape_str(x.shape()), ", ",
+             shape_str(y.shape()));
+  KILN_CHECK(x.dtype() == DType::f32 && y.dtype() == DType::f32, "split_columns: f32 only");
+  const int64_t m = x.dim(0), c = x.dim(1), w = y.dim(1);
+  KILN_CHECK(col_begin >= 0 && col_begin + w <= c, "split_columns: columns [", col_begin, ", ",
+             col_begin + w, ") outside [0, ", c, ")");
+  const float* src = x.data<float>();
+  float* dst = y.data<float>();
+  for_rows(m, w, [&](int64_t r) {
+    std::copy(src + r * c + col_begin, src + r * c + col_begin + w, dst + r * w);
+  });
+}
+
+void kv_cache_write(const Tensor& x, int64_t slot_offset, Tensor& cache) {
+  KILN_CHECK(x.ndim() == 4 && cache.ndim() == 4 && x.dtype() == DType::f32 &&
+                 is_act(cache.dtype()),
+             "kv_cache_write: x f32 [B, T, Hkv, D], cache act [B, L, Hkv, D] expected");
+  const int64_t b = x.dim(0), t = x.dim(1), l = cache.dim(1);
+  const int64_t row = x.dim(2) * x.dim(3);
+  KILN_CHECK(cache.dim(0) == b && cache.dim(2) == x.dim(2) && cache.dim(3) == x.dim(3),
+             "kv_cache_write: shapes ", shape_str(x.shape()), " vs ", shape_str(cache.shape()));
+  KILN_CHECK(slot_offset >= 0 && slot_offset + t <= l, "kv_cache_write: slots [", slot_offset, ", ",
+             slot_offset + t, ") outside cache length ", l);
+  const float* src = x.data<float>();
+  for_rows(b * t, row, [&](int64_t r) {
+    int64_t bi = r / t, ti = r % t;
+    detail::store_row(src + r * row, row, cache.raw(), cache.dtype(),
+                      (bi * l + slot_offset + ti) * row);
+  });
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,101 @@
+// Cross-entropy with the gradient fused in (one read of the logits for max, one for the sum of
+// exponentials, one to write the gradient). Labels of -100 are ignored, as in Transformers.
+#include <cmath>
+#include <vector>
+
+#include "kiln/backends/cpu/kernels.h"
+#include "kiln/backends/cpu/simd.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr int32_t kIgnoreIndex = -100;
+
+float row_max(const float* x, int64_t n) {
+  float m = -INFINITY;
+  int64_t i = 0;
+#ifdef __AVX512F__
+  __m512 vm = _mm512_set1_ps(-INFINITY);
+  for (; i + 16 <= n; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+  m = _mm512_reduce_max_ps(vm);
+#endif
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+// sum exp(x - m), accumulated in f32 lanes and combined in double.
+double row_sum_exp(const float* x, int64_t n, float m) {
+  double s = 0.0;
+  int64_t i = 0;
+#ifdef __AVX512F__
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_add_ps(acc0, detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm)));
+    acc1 = _mm512_add_ps(acc1, detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm)));
+  }
+  for (; i + 16 <= n; i += 16)
+    acc0 = _mm512_add_ps(acc0, detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm)));
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(acc0, acc1));
+  for (float f : lanes) s += f;
+#endif
+  for (; i < n; ++i) s += std::exp(x[i] - m);
+  return s;
+}
+
+// out[i] = (exp(x[i] - m) * inv) * scale; out may alias x.
+void write_softmax(const float* x, int64_t n, float m, float inv, float scale, float* out) {
+  int64_t i = 0;
+  const float f = inv * scale;
+#ifdef __AVX512F__
+  const __m512 vm = _mm512_set1_ps(m), vf = _mm512_set1_ps(f);
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i,
+                     _mm512_mul_ps(detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm)), vf));
+#endif
+  for (; i < n; ++i) out[i] = std::exp(x[i] - m) * f;
+}
+
+}  // namespace
+
+double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits) {
+  KILN_CHECK(logits.ndim() == 2 && logits.dtype() == DType::f32,
+             "cross_entropy: logits must be f32 [N, V], got ", shape_str(logits.shape()));
+  const int64_t n = logits.dim(0), v = logits.dim(1);
+  KILN_CHECK(labels.dtype() == DType::i32 && labels.shape() == Shape({n}),
+             "cross_entropy: labels must be i32 [", n, "]");
+  KILN_CHECK(!dlogits || (dlogits->dtype() == DType::f32 && dlogits->shape() == logits.shape()),
+             "cross_entropy: dlogits must be f32 ", shape_str(logits.shape()));
+  const int32_t* lab = labels.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    KILN_CHECK(lab[i] == kIgnoreIndex || (lab[i] >= 0 && lab[i] < v), "cross_entropy: label ",
+               lab[i], " at row ", i, " outside [0, ", v, ") and not -100");
+  const float* x = logits.data<float>();
+  float* dx = dlogits ? dlogits->data<float>() : nullptr;
+  std::vector<double> row_loss(static_cast<size_t>(n), 0.0);
+  parallel_for(n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * v;
+      if (lab[r] == kIgnoreIndex) {
+        if (dx) std::fill(dx + r * v, dx + (r + 1) * v, 0.f);
+        continue;
+      }
+      const float m = row_max(xr, v);
+      const double s = row_sum_exp(xr, v, m);
+      const float target = xr[lab[r]];  // read before dlogits (which may alias) overwrites it
+      row_loss[size_t(r)] = std::log(s) + double(m) - double(target);
+      if (dx) {
+        float* dr = dx + r * v;
+        write_softmax(xr, v, m, float(1.0 / s), grad_scale, dr);
+        dr[lab[r]] -= grad_scale;
+      }
+    }
+  });
+  double total = 0.0;
+  for (double l : row_loss) total += l;
+  return total;
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,156 @@
+// Rotary embeddings (rotate_half convention) and the fused attention prologue
+// qk_norm_rope_cache. The fused kernel calls the same per-row helpers as the unfused kernels
+// (rms_norm_row, rope_row, store_row), so both paths give identical bits.
+#include <vector>
+
+#include "kiln/backends/cpu/kernels.h"
+#include "kiln/backends/cpu/norm.h"
+#include "kiln/backends/cpu/rope.h"
+
+namespace kiln::cpu {
+
+namespace detail {
+
+void rope_row(float* x, const float* cs, int64_t d, bool inverse) {
+  const int64_t half = d / 2;
+  const float* c = cs;
+  const float* s = cs + half;
+  float* x1 = x;
+  float* x2 = x + half;
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= half; i += 16) {
+    __m512 a = _mm512_loadu_ps(x1 + i), b = _mm512_loadu_ps(x2 + i);
+    __m512 vc = _mm512_loadu_ps(c + i), vs = _mm512_loadu_ps(s + i);
+    __m512 ac = _mm512_mul_ps(a, vc), bc = _mm512_mul_ps(b, vc);
+    __m512 as = _mm512_mul_ps(a, vs), bs = _mm512_mul_ps(b, vs);
+    if (!inverse) {
+      _mm512_storeu_ps(x1 + i, _mm512_sub_ps(ac, bs));
+      _mm512_storeu_ps(x2 + i, _mm512_add_ps(bc, as));
+    } else {
+      _mm512_storeu_ps(x1 + i, _mm512_add_ps(ac, bs));
+      _mm512_storeu_ps(x2 + i, _mm512_sub_ps(bc, as));
+    }
+  }
+#endif
+  for (; i < half; ++i) {
+    float a = x1[i], b = x2[i];
+    const float ac = a * c[i], bs = b * s[i], bc = b * c[i], as = a * s[i];
+    if (!inverse) {
+      x1[i] = ac - bs;
+      x2[i] = bc + as;
+    } else {
+      x1[i] = ac + bs;
+      x2[i] = bc - as;
+    }
+  }
+}
+
+void check_rope_args(const char* op, const Tensor& x, const Tensor& positions,
+                     const Tensor& cos_sin) {
+  KILN_CHECK(x.ndim() == 4 && x.dtype() == DType::f32, op, ": x must be f32 [B, T, H, D], got ",
+             shape_str(x.shape()));
+  KILN_CHECK(positions.dtype() == DType::i32 && positions.ndim() == 2 &&
+                 positions.dim(0) == x.dim(0) && positions.dim(1) == x.dim(1),
+             op, ": positions must be i32 [B, T], got ", shape_str(positions.shape()));
+  KILN_CHECK(cos_sin.dtype() == DType::f32 && cos_sin.ndim() == 2 && cos_sin.dim(1) == x.dim(3) &&
+                 x.dim(3) % 2 == 0,
+             op, ": cos_sin must be f32 [P, D] with even D, got ", shape_str(cos_sin.shape()));
+  const int32_t* p = positions.data<int32_t>();
+  for (int64_t i = 0; i < positions.numel(); ++i)
+    KILN_CHECK(p[i] >= 0 && p[i] < cos_sin.dim(0), op, ": position ", p[i], " outside table of ",
+               cos_sin.dim(0));
+}
+
+void rope_apply(Tensor& x, const Tensor& positions, const Tensor& cos_sin, bool inverse) {
+  const int64_t bt = x.dim(0) * x.dim(1), heads = x.dim(2), d = x.dim(3);
+  const int32_t* pos = positions.data<int32_t>();
+  const float* table = cos_sin.data<float>();
+  float* px = x.data<float>();
+  parallel_for(
+      bt,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* cs = table + int64_t(pos[r]) * d;
+          for (int64_t h = 0; h < heads; ++h) rope_row(px + (r * heads + h) * d, cs, d, inverse);
+        }
+      },
+      std::max<int64_t>(1, 8192 / std::max<int64_t>(heads * d, 1)));
+}
+
+}  // namespace detail
+
+void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin) {
+  detail::check_rope_args("rope", x, positions, cos_sin);
+  detail::rope_apply(x, positions, cos_sin, /*inverse=*/false);
+}
+
+void rope_backward(Tensor& dy, const Tensor& positions, const Tensor& cos_sin) {
+  detail::check_rope_args("rope_backward", dy, positions, cos_sin);
+  detail::rope_apply(dy, positions, cos_sin, /*inverse=*/true);
+}
+
+void qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
+                        const Tensor& positions, const Tensor& cos_sin, int64_t slot_offset,
+                        Tensor& q_out, Tensor& k_cache, Tensor& v_cache) {
+  KILN_CHECK(q_out.ndim() == 4 && q_out.dtype() == DType::f32,
+             "qk_norm_rope_cache: q_out must be f32 [B, T, Hq, D]");
+  detail::check_rope_args("qk_norm_rope_cache", q_out, positions, cos_sin);
+  const int64_t b = q_out.dim(0), t = q_out.dim(1), hq = q_out.dim(2), d = q_out.dim(3);
+  KILN_CHECK(k_cache.ndim() == 4 && k_cache.shape() == v_cache.shape() && k_cache.dim(0) == b &&
+                 k_cache.dim(3) == d && k_cache.dtype() == v_cache.dtype() &&
+                 detail::is_act(k_cache.dtype()),
+             "qk_norm_rope_cache: caches must be act [B, L, Hkv, D], got ",
+             shape_str(k_cache.shape()), " and ", shape_str(v_cache.shape()));
+  const int64_t l = k_cache.dim(1), hkv = k_cache.dim(2);
+  KILN_CHECK(qkv.dtype() == DType::f32 && qkv.shape() == Shape({b * t, (hq + 2 * hkv) * d}),
+             "qk_norm_rope_cache: qkv must be f32 [", b * t, ", ", (hq + 2 * hkv) * d, "], got ",
+             shape_str(qkv.shape()));
+  KILN_CHECK(q_norm.defined() == k_norm.defined(),
+             "qk_norm_rope_cache: q_norm and k_norm must both be given or both absent");
+  KILN_CHECK(!q_norm.defined() || (q_norm.numel() == d && k_norm.numel() == d),
+             "qk_norm_rope_cache: q_norm/k_norm must be [", d, "]");
+  KILN_CHECK(slot_offset >= 0 && slot_offset + t <= l, "qk_norm_rope_cache: slots [", slot_offset,
+             ", ", slot_offset + t, ") outside cache length ", l);
+  const bool norm = q_norm.defined();
+  std::vector<float> qw, kw;
+  if (norm) {
+    qw = detail::weight_f32(q_norm);
+    kw = detail::weight_f32(k_norm);
+  }
+  const int64_t row = (hq + 2 * hkv) * d;
+  const float* src = qkv.data<float>();
+  const int32_t* pos = positions.data<int32_t>();
+  const float* table = cos_sin.data<float>();
+  float* q = q_out.data<float>();
+  parallel_for(b * t, [&](int64_t r0, int64_t r1) {
+    std::vector<float> buf(static_cast<size_t>(d));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t bi = r / t, ti = r % t;
+      const float* in = src + r * row;
+      const float* cs = table + int64_t(pos[r]) * d;
+      for (int64_t h = 0; h < hq; ++h) {
+        float* out = q + (r * hq + h) * d;
+        if (norm)
+          detail::rms_norm_row(in + h * d, qw.data(), d, eps, false, out);
+        else
+          std::copy(in + h * d, in + (h + 1) * d, out);
+        detail::rope_row(out, cs, d, false);
+      }
+      const int64_t slot = (bi * l + slot_offset + ti) * hkv * d;
+      for (int64_t h = 0; h < hkv; ++h) {
+        const float* kin = in + (hq + h) * d;
+        if (norm)
+          detail::rms_norm_row(kin, kw.data(), d, eps, false, buf.data());
+        else
+          std::copy(kin, kin + d, buf.data());
+        detail::rope_row(buf.data(), cs, d, false);
+        detail::store_row(buf.data(), d, k_cache.raw(), k_cache.dtype(), slot + h * d);
+        detail::store_row(in + (hq + hkv + h) * d, d, v_cache.raw(), v_cache.dtype(),
+                          slot + h * d);
+      }
+    }
+  });
+}
+
+}  // namespace kiln::cpu

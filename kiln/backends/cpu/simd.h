@@ -1,0 +1,166 @@
+// Internal SIMD helpers for the CPU kernels (not part of the kernel contract).
+//
+// Vector code is guarded by __AVX512F__ (the build uses -march=native); every helper has a scalar
+// twin so the kernels build and give the same results (within f32 rounding) on any x86-64 or ARM.
+// Activation rows are f32 or bf16; load_row/store_row convert so kernels can do all arithmetic in
+// f32, as the contract requires.
+//
+// Example:
+//   float buf[128];
+//   kiln::cpu::detail::load_row(x.raw(), x.dtype(), row * 128, 128, buf);
+//   kiln::cpu::detail::store_row(buf, 128, y.raw(), y.dtype(), row * 128);
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/threads.h"
+
+#ifdef __AVX512F__
+// GCC 12 reports its own _mm512_undefined_*() placeholders as "maybe uninitialized" once they are
+// inlined into OpenMP-outlined loops; the pragma covers the intrinsics header's lines only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+namespace kiln::cpu::detail {
+
+inline bool is_act(DType t) { return t == DType::f32 || t == DType::bf16; }
+
+#ifdef __AVX512F__
+// 16 bf16 -> 16 f32 (exact: bf16 is the top half of an f32).
+inline __m512 load_bf16x16(const bf16_t* p) {
+  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 load_bf16x16_masked(const bf16_t* p, __mmask16 m) {
+  __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+// 16 f32 -> 16 bf16, round to nearest even (same as f32_to_bf16, NaN kept as a NaN).
+inline __m256i cvt_f32_bf16x16(__m512 v) {
+#ifdef __AVX512BF16__
+  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+#else
+  __m512i bits = _mm512_castps_si512(v);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  rounded = _mm512_mask_or_epi32(rounded, nan, bits, _mm512_set1_epi32(0x00400000));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16));
+#endif
+}
+inline void store_bf16x16(bf16_t* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), cvt_f32_bf16x16(v));
+}
+inline void store_bf16x16_masked(bf16_t* p, __m512 v, __mmask16 m) {
+  _mm256_mask_storeu_epi16(p, m, cvt_f32_bf16x16(v));
+}
+inline __mmask16 tail_mask(int64_t n) { return __mmask16((1u << n) - 1u); }
+
+// exp(x) for f32 lanes: 2^n * p(r) with r = x - n ln2, |r| <= ln2/2, degree-6 polynomial
+// (max relative error ~2 ulp). scalef handles the exponent range: large x -> inf, -inf -> 0.
+inline __m512 exp512(__m512 x) {
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  const __m512 ln2_hi = _mm512_set1_ps(0.693359375f);
+  const __m512 ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-104.0f));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(n, ln2_hi, x);
+  r = _mm512_fnmadd_ps(n, ln2_lo, r);
+  __m512 p = _mm512_set1_ps(1.3888889e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3333333e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1666667e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666667e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+// exp of lanes that may be -inf (masked scores): exact 0 there.
+inline __m512 exp512_masked_inf(__m512 x) {
+  __mmask16 finite = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+  return _mm512_maskz_mov_ps(finite, exp512(x));
+}
+#endif
+
+// Converts n values of src (f32|bf16) starting at element `offset` into f32 dst.
+inline void load_row(const void* src, DType t, int64_t offset, int64_t n, float* dst) {
+  if (t == DType::f32) {
+    const float* s = static_cast<const float*>(src) + offset;
+    for (int64_t i = 0; i < n; ++i) dst[i] = s[i];
+    return;
+  }
+  KILN_DCHECK(t == DType::bf16, "load_row: dtype ", dtype_name(t));
+  const bf16_t* s = static_cast<const bf16_t*>(src) + offset;
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_bf16x16(s + i));
+#endif
+  for (; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+}
+
+// Stores n f32 values into dst (f32|bf16) at element `offset`, rounding to nearest even for bf16.
+inline void store_row(const float* src, int64_t n, void* dst, DType t, int64_t offset) {
+  if (t == DType::f32) {
+    float* d = static_cast<float*>(dst) + offset;
+    for (int64_t i = 0; i < n; ++i) d[i] = src[i];
+    return;
+  }
+  KILN_DCHECK(t == DType::bf16, "store_row: dtype ", dtype_name(t));
+  bf16_t* d = static_cast<bf16_t*>(dst) + offset;
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= n; i += 16) store_bf16x16(d + i, _mm512_loadu_ps(src + i));
+#endif
+  for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+}
+
+inline float round_to(DType t, float v) { return t == DType::bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
+
+// Sum of a[i] * b[i], f32 accumulation in 16 lanes.
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float s = 0.f;
+#ifdef __AVX512F__
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  }
+  for (; i + 16 <= n; i += 16)
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+  s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y[i] += a * x[i].
+inline void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+#ifdef __AVX512F__
+  __m512 va = _mm512_set1_ps(a);
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+#endif
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// Spreads `items` work items over the threads cyclically (thread t runs t, t + nt, ...), which
+// balances items of rising cost (causal attention blocks) better than contiguous chunks.
+template <typename Fn>
+void parallel_items_cyclic(int64_t items, Fn&& fn) {
+  int64_t nt = num_threads();
+  if (nt > items) nt = items;
+  parallel_for(nt, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t)
+      for (int64_t i = t; i < items; i += nt) fn(i);
+  });
+}
+
+}  // namespace kiln::cpu::detail

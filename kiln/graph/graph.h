@@ -29,8 +29,10 @@ enum class Op : uint8_t {
   State,   // persistent mutable tensor bound at run time (KV cache); ops write it in place
   // Compute
   Embedding,        // (ids i32 [N], table [V, H]) -> f32 [N, H]
-  Linear,           // (x [M, K], w...) -> [M, N]; attrs.names = weight names (several = fused)
-  LinearResidual,   // (x [M, K], residual f32 [M, N], w...) -> f32 [M, N] = x W^T + residual
+  // Linear weights are bound by attrs.weight_names (several = fused along N); the builder also links
+  // the Weight node as input 1 for readability, and passes may drop it.
+  Linear,           // (x [M, K], [w]) -> f32 [M, N]
+  LinearResidual,   // (x [M, K], residual f32 [M, N]) -> f32 [M, N] = x W^T + residual
   BiasAdd,          // (x f32 [M, N], bias [N]) -> f32 [M, N]
   RMSNorm,          // (x [R, H], w [H]) -> act [R, H]; attrs.eps
   Add,              // (a f32, b f32) -> f32

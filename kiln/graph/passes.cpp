@@ -99,9 +99,10 @@ Graph fuse_sibling_linears(const Graph& g) {
       const auto& group = by_input[n.inputs[0]];
       Node f{.op = Op::Linear, .inputs = {rw.map(n.inputs[0])}, .dtype = DType::f32};
       int64_t cols = 0;
+      // Weights are bound by name (weight_names); the later members' Weight nodes may come after
+      // this position, so the fused node does not take them as inputs.
       for (Value v : group) {
         const Node& part = g.node(v);
-        f.inputs.push_back(rw.map(part.inputs[1]));
         f.weight_names.insert(f.weight_names.end(), part.weight_names.begin(),
                               part.weight_names.end());
         cols += part.shape[1];
@@ -225,7 +226,6 @@ Graph fuse_residual(const Graph& g) {
       Node f{.op = Op::LinearResidual, .inputs = {rw.map(l.inputs[0]), rw.map(res)},
              .shape = n.shape, .dtype = DType::f32, .name = l.name + "+residual",
              .weight_names = l.weight_names};
-      for (size_t k = 1; k < l.inputs.size(); ++k) f.inputs.push_back(rw.map(l.inputs[k]));
       return rw.emit(std::move(f));
     }
     return kCopy;

@@ -1,0 +1,19 @@
+// The decoder graph shared by Qwen3, Qwen2 and Llama (config switches; see config.h).
+#pragma once
+
+#include <string>
+
+#include "kiln/graph/graph.h"
+#include "kiln/models/config.h"
+
+namespace kiln::models {
+
+// Name of the f32 [max_position_embeddings, head_dim] RoPE table (cos then sin per row) that the
+// model provides as a weight.
+inline constexpr const char* kRopeTableName = "rotary_emb.cos_sin";
+
+// function: prefill | decode (logits of the last position) | score (logits of every position).
+graph::Graph build_decoder_graph(const ModelConfig& config, DType act, const std::string& function,
+                                 int64_t batch, int64_t seq, int64_t cache_len);
+
+}  // namespace kiln::models

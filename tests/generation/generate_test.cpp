@@ -1,0 +1,149 @@
+// generate(): golden greedy continuations, the compile counters, eager == compiled, batched ==
+// unbatched, and errors for bad arguments.
+#include "kiln/generation/generate.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/error.h"
+
+namespace {
+
+const std::string kTiny = std::string(KILN_SHARED_DIR) + "/testdata/models/tiny";
+constexpr int32_t kPad = 151643;
+
+std::vector<nlohmann::json> prompt_rows() {
+  std::ifstream in(std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl");
+  std::vector<nlohmann::json> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "prompt") rows.push_back(j);
+  }
+  return rows;
+}
+
+kiln::GenerationConfig greedy(int64_t n, const kiln::models::CausalLM& m) {
+  auto cfg = kiln::GenerationConfig::from_pretrained(kTiny, m.config());
+  cfg.max_new_tokens = n;
+  return cfg;
+}
+
+// The golden rows continue with pad after an eos, as Transformers does; kiln stops at the eos.
+std::vector<int32_t> golden_until_eos(const nlohmann::json& row) {
+  auto ids = row["greedy_new_ids"].get<std::vector<int32_t>>();
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == 151645 || ids[i] == 151643) return {ids.begin(), ids.begin() + long(i) + 1};
+  return ids;
+}
+
+TEST(Generate, GreedyF32MatchesGoldenCompiledAndEager) {
+  for (bool eager : {false, true}) {
+    auto m = kiln::AutoModelForCausalLM::from_pretrained(
+        kTiny, {.dtype = kiln::DType::f32, .disable_compile = eager});
+    for (const auto& row : prompt_rows()) {
+      auto prompt = row["prompt_ids"].get<std::vector<int32_t>>();
+      auto out = kiln::generation::generate(*m, {prompt}, greedy(24, *m));
+      EXPECT_EQ(out.new_tokens[0], golden_until_eos(row))
+          << (eager ? "eager" : "compiled") << " prompt " << row["index"];
+    }
+  }
+}
+
+TEST(Generate, FiftyTokensCompileOnePrefillAndOneDecodeThenNothing) {
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::bf16});
+  auto cfg = greedy(50, *m);
+  cfg.eos_token_id.clear();  // run all 50 steps
+  cfg.pad_token_id = kPad;
+  std::vector<int32_t> prompt = {785, 8585, 49041, 7506, 5302};
+  auto out = kiln::generation::generate(*m, {prompt}, cfg);
+  EXPECT_EQ(out.new_tokens[0].size(), 50u);
+  auto stats = m->compile_cache().stats();
+  EXPECT_EQ(stats["prefill"].compiles, 1);
+  EXPECT_EQ(stats["decode"].compiles, 1);
+  EXPECT_EQ(stats["decode"].hits, 48);
+  auto again = kiln::generation::generate(*m, {prompt}, cfg);
+  EXPECT_EQ(again.new_tokens, out.new_tokens);
+  stats = m->compile_cache().stats();
+  EXPECT_EQ(stats["prefill"].compiles, 1);
+  EXPECT_EQ(stats["decode"].compiles, 1);
+}
+
+TEST(Generate, CompiledEqualsEagerLogits) {
+  auto compiled = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::f32});
+  auto eager = kiln::AutoModelForCausalLM::from_pretrained(
+      kTiny, {.dtype = kiln::DType::f32, .disable_compile = true});
+  std::vector<int32_t> ids = {785, 8585, 49041, 7506, 5302, 13, 576};
+  const int64_t T = int64_t(ids.size());
+  std::vector<int32_t> pos(ids.size()), mask(ids.size(), 1);
+  for (size_t i = 0; i < ids.size(); ++i) pos[i] = int32_t(i);
+  auto run = [&](kiln::models::CausalLM& m) {
+    auto cache = m.make_cache(1, T + 3);
+    std::vector<int32_t> kv(size_t(T + 3), 0);
+    std::fill(kv.begin(), kv.begin() + T, 1);
+    return m.forward("prefill", kiln::Tensor::from_vector(ids, {1, T}),
+                     kiln::Tensor::from_vector(pos, {1, T}), kiln::Tensor::from_vector(kv, {1, T + 3}),
+                     cache, 0).to_f32_vector();
+  };
+  auto a = run(*compiled), b = run(*eager);
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  EXPECT_LT(worst, 1e-4);
+}
+
+TEST(Generate, BatchedRowsEqualUnbatched) {
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::f32});
+  auto rows = prompt_rows();
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& r : rows) prompts.push_back(r["prompt_ids"].get<std::vector<int32_t>>());
+  auto cfg = greedy(12, *m);
+  auto batched = kiln::generation::generate(*m, prompts, cfg);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto single = kiln::generation::generate(*m, {prompts[i]}, cfg);
+    EXPECT_EQ(batched.new_tokens[i], single.new_tokens[0]) << "row " << i;
+  }
+}
+
+TEST(Generate, SameSeedSameSample) {
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::bf16});
+  auto cfg = greedy(16, *m);
+  cfg.do_sample = true;
+  cfg.temperature = 0.8;
+  cfg.top_k = 40;
+  cfg.top_p = 0.95;
+  cfg.seed = 1234;
+  std::vector<int32_t> prompt = {785, 8585, 49041};
+  auto a = kiln::generation::generate(*m, {prompt}, cfg);
+  auto b = kiln::generation::generate(*m, {prompt}, cfg);
+  EXPECT_EQ(a.new_tokens, b.new_tokens);
+}
+
+TEST(Generate, BadArgumentsAreErrorsNamingThem) {
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::f32});
+  auto expect_error = [&](const std::vector<std::vector<int32_t>>& prompts,
+                          kiln::GenerationConfig cfg, const std::string& where) {
+    try {
+      kiln::generation::generate(*m, prompts, cfg);
+      ADD_FAILURE() << "expected an error naming " << where;
+    } catch (const kiln::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
+    }
+  };
+  auto cfg = greedy(4, *m);
+  expect_error({{1, 2, 999999}}, cfg, "input_ids");
+  expect_error({{1, -5}}, cfg, "input_ids");
+  auto zero = cfg;
+  zero.max_new_tokens = 0;
+  expect_error({{1, 2}}, zero, "max_new_tokens");
+  auto neg = cfg;
+  neg.max_new_tokens = -3;
+  expect_error({{1, 2}}, neg, "max_new_tokens");
+  auto huge = cfg;
+  huge.max_new_tokens = 40960;
+  expect_error({{1, 2}}, huge, "max_position_embeddings");
+}
+
+}  // namespace

@@ -1,0 +1,60 @@
+#include "tools/cli/common.h"
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+
+#include "kiln/core/error.h"
+
+namespace kiln::cli {
+
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& argument) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    std::string item = text.substr(i, j - i);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    try {
+      size_t used = 0;
+      long long v = std::stoll(item, &used);
+      if (used != item.size() || v < INT32_MIN || v > INT32_MAX) throw std::invalid_argument("");
+      ids.push_back(int32_t(v));
+    } catch (const std::exception&) {
+      throw Error(argument, "expected comma-separated token ids, got '" + item + "'");
+    }
+    i = j + 1;
+  }
+  if (ids.empty()) throw Error(argument, "no token ids given");
+  return ids;
+}
+
+void add_model_flags(CLI::App& cmd, ModelFlags& flags) {
+  cmd.add_option("--dtype", flags.dtype, "Weights and activations: bf16 or f32")
+      ->capture_default_str();
+  cmd.add_option("--device", flags.device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  cmd.add_flag("--no-compile", flags.no_compile, "Run eagerly (unfused ops, same results)");
+}
+
+std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const ModelFlags& flags) {
+  models::FromPretrainedOptions o;
+  o.dtype = parse_dtype(flags.dtype, "--dtype");
+  o.device_map = flags.device;
+  o.disable_compile = flags.no_compile;
+  return models::CausalLM::from_pretrained(dir, o);
+}
+
+std::shared_ptr<tokenizer::Tokenizer> load_tokenizer_if_present(const std::string& dir) {
+  if (!std::filesystem::exists(dir + "/tokenizer.json")) return nullptr;
+  return tokenizer::Tokenizer::from_pretrained(dir);
+}
+
+nlohmann::json compile_stats_json(models::CausalLM& model) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [fn, s] : model.compile_cache().stats())
+    j[fn] = {{"compiles", s.compiles}, {"hits", s.hits}, {"compile_ms", s.compile_ms}};
+  return j;
+}
+
+}  // namespace kiln::cli

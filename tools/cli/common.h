@@ -1,0 +1,32 @@
+// Helpers shared by the kiln subcommands: argument parsing that names the argument at fault,
+// model loading from CLI flags, and the stats object printed by --stats / --json.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kiln/models/causal_lm.h"
+#include "kiln/tokenizer/tokenizer.h"
+
+namespace kiln::cli {
+
+// "1,2,3" -> {1, 2, 3}; anything else is kiln::Error naming `argument`.
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& argument);
+
+struct ModelFlags {
+  std::string dtype = "bf16";
+  std::string device = "auto";
+  bool no_compile = false;
+};
+void add_model_flags(CLI::App& cmd, ModelFlags& flags);
+std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const ModelFlags& flags);
+
+// The folder's tokenizer, or null when it has no tokenizer.json.
+std::shared_ptr<tokenizer::Tokenizer> load_tokenizer_if_present(const std::string& dir);
+
+// {"prefill": {"compiles": 1, "hits": 0, "compile_ms": 12.3}, ...}
+nlohmann::json compile_stats_json(models::CausalLM& model);
+
+}  // namespace kiln::cli

@@ -19,9 +19,16 @@ struct ChatTemplateConfig {
   std::string bos_token;  // as a string ("" if none)
   std::string eos_token;
   std::string where;      // file the template came from, for error messages
+  // Added to the contract: what Transformers also passes to templates.
+  std::string tool_use_source;  // the "tool_use" named template, used when tools are given
+  nlohmann::ordered_json special_tokens;  // {"bos_token": ..., "pad_token": ..., ...} as strings
 };
 
-// Reads the chat template and special-token strings from a model or tokenizer folder.
+// Reads the chat template and special-token strings from a model or tokenizer folder:
+// chat_template.jinja if present (newer Transformers), else tokenizer_config.json's
+// "chat_template" (a string, or a list of {name, template} using "default"), else
+// chat_template.json. Special tokens may be strings or {"content": ...} objects. A folder without
+// a template is a kiln::Error naming the folder.
 ChatTemplateConfig load_chat_template_config(const std::string& dir);
 
 struct ChatTemplateOptions {
@@ -31,6 +38,9 @@ struct ChatTemplateOptions {
 };
 
 // messages: array of {"role", "content", ...} objects, key order preserved (tojson keeps it).
+// The template sees what Transformers passes: messages, tools (None when absent), documents
+// (None), add_generation_prompt, the special tokens, and extra_kwargs. Template errors
+// (raise_exception, syntax, limits) are kiln::Error("<where>:<line>", message).
 std::string apply_chat_template(const ChatTemplateConfig& config,
                                 const nlohmann::ordered_json& messages,
                                 const ChatTemplateOptions& options = {});

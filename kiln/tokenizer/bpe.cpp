@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "kiln/core/error.h"
+#include "kiln/core/threads.h"
 #include "kiln/tokenizer/unicode.h"
 
 namespace kiln::tokenizer {
@@ -35,13 +36,13 @@ uint64_t hash_bytes(std::string_view s) {
 
 void StringIdMap::reserve(size_t n) {
   size_t cap = 16;
-  while (cap < n * 2) cap <<= 1;
+  while (cap * 2 < n * 3) cap <<= 1;  // load factor at most 2/3
   if (cap <= slots_.size()) return;
   std::vector<Slot> old = std::move(slots_);
   slots_.assign(cap, Slot{});
   for (const Slot& s : old) {
     if (s.value < 0) continue;
-    size_t i = size_t(s.hash) & (cap - 1);
+    size_t i = size_t(hash_bytes(key_at(s.offset, s.length))) & (cap - 1);
     while (slots_[i].value >= 0) i = (i + 1) & (cap - 1);
     slots_[i] = s;
   }
@@ -49,35 +50,72 @@ void StringIdMap::reserve(size_t n) {
 
 void StringIdMap::grow() { reserve(std::max<size_t>(16, count_ * 2 + 2)); }
 
-void StringIdMap::set(std::string_view key, int32_t value) {
+void StringIdMap::get_many(const std::string_view* keys, size_t n, int32_t* out) const {
+  constexpr size_t kBatch = 32;
+  if (slots_.empty()) {
+    for (size_t k = 0; k < n; ++k) out[k] = -1;
+    return;
+  }
+  const size_t mask = slots_.size() - 1;
+  uint64_t h[kBatch];
+  for (size_t base = 0; base < n; base += kBatch) {
+    size_t m = std::min(kBatch, n - base);
+    for (size_t k = 0; k < m; ++k) {
+      h[k] = hash_bytes(keys[base + k]);
+      __builtin_prefetch(&slots_[size_t(h[k]) & mask]);
+    }
+    for (size_t k = 0; k < m; ++k) {
+      const std::string_view key = keys[base + k];
+      uint32_t tag = uint32_t(h[k] >> 32);
+      size_t i = size_t(h[k]) & mask;
+      int32_t found = -1;
+      while (slots_[i].value >= 0) {
+        const Slot& sl = slots_[i];
+        if (sl.tag == tag && sl.length == key.size() &&
+            std::memcmp(arena_.data() + sl.offset, key.data(), key.size()) == 0) {
+          found = sl.value;
+          break;
+        }
+        i = (i + 1) & mask;
+      }
+      out[base + k] = found;
+    }
+  }
+}
+
+uint32_t StringIdMap::set(std::string_view key, int32_t value) {
   KILN_CHECK(value >= 0, "StringIdMap values must be non-negative");
-  if ((count_ + 1) * 2 > slots_.size()) grow();
+  if ((count_ + 1) * 3 > slots_.size() * 2) grow();
   uint64_t h = hash_bytes(key);
+  uint32_t tag = uint32_t(h >> 32);
   size_t mask = slots_.size() - 1;
   size_t i = size_t(h) & mask;
   while (slots_[i].value >= 0) {
     Slot& s = slots_[i];
-    if (s.hash == h && s.length == key.size() &&
+    if (s.tag == tag && s.length == key.size() &&
         std::memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0) {
       s.value = value;
-      return;
+      return s.offset;
     }
     i = (i + 1) & mask;
   }
   KILN_CHECK(arena_.size() + key.size() < UINT32_MAX, "vocabulary too large");
-  slots_[i] = Slot{h, uint32_t(arena_.size()), uint32_t(key.size()), value};
+  uint32_t offset = uint32_t(arena_.size());
+  slots_[i] = Slot{tag, offset, uint32_t(key.size()), value};
   arena_.append(key);
   ++count_;
+  return offset;
 }
 
 std::optional<int32_t> StringIdMap::get(std::string_view key) const {
   if (slots_.empty()) return std::nullopt;
   uint64_t h = hash_bytes(key);
+  uint32_t tag = uint32_t(h >> 32);
   size_t mask = slots_.size() - 1;
   size_t i = size_t(h) & mask;
   while (slots_[i].value >= 0) {
     const Slot& s = slots_[i];
-    if (s.hash == h && s.length == key.size() &&
+    if (s.tag == tag && s.length == key.size() &&
         std::memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0)
       return s.value;
     i = (i + 1) & mask;
@@ -112,42 +150,47 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, Token
   m->byte_fallback_ = opt_bool("byte_fallback");
   m->ignore_merges_ = opt_bool("ignore_merges");
 
-  // Vocabulary.
-  std::vector<std::pair<std::string, int64_t>> dom_vocab;
+  // Vocabulary (streamed into tj by the SAX reader, or from a DOM object).
+  TokenizerJson::Strings dom_tokens;
+  std::vector<int64_t> dom_ids;
   if (!tj.vocab_streamed) {
     auto it = model.find("vocab");
     if (it == model.end() || !it->is_object())
       throw Error(w + ".vocab", "expected an object of token -> id");
     for (auto& [k, v] : it->items()) {
       if (!v.is_number_integer()) throw Error(w + ".vocab." + k, "expected an integer id");
-      dom_vocab.emplace_back(k, v.get<int64_t>());
+      dom_tokens.push(k);
+      dom_ids.push_back(v.get<int64_t>());
     }
   }
-  auto& vocab = tj.vocab_streamed ? tj.vocab : dom_vocab;
+  const auto& tokens = tj.vocab_streamed ? tj.vocab_tokens : dom_tokens;
+  const auto& ids = tj.vocab_streamed ? tj.vocab_ids : dom_ids;
+  KILN_CHECK(tokens.size() == ids.size(), "vocab reader out of step");
   int64_t max_id = -1;
-  for (auto& [tok, id] : vocab) {
-    if (id < 0 || id > INT32_MAX - 1)
-      throw Error(w + ".vocab." + tok, "id " + std::to_string(id) + " out of range");
-    max_id = std::max(max_id, id);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    if (ids[k] < 0 || ids[k] > INT32_MAX - 1)
+      throw Error(w + ".vocab." + std::string(tokens[k]),
+                  "id " + std::to_string(ids[k]) + " out of range");
+    max_id = std::max(max_id, ids[k]);
   }
-  if (max_id > int64_t(vocab.size()) * 4 + 1024)
+  if (max_id > int64_t(ids.size()) * 4 + 1024)
     throw Error(w + ".vocab", "ids are too sparse (max id " + std::to_string(max_id) + " for " +
-                                  std::to_string(vocab.size()) + " entries)");
-  m->vocab_.reserve(vocab.size());
-  m->id_to_token_.resize(size_t(max_id + 1));
-  m->has_id_.assign(size_t(max_id + 1), false);
-  for (auto& [tok, id] : vocab) {
-    m->vocab_.set(tok, int32_t(id));
-    m->id_to_token_[size_t(id)] = tok;
-    m->has_id_[size_t(id)] = true;
-  }
+                                  std::to_string(ids.size()) + " entries)");
+  m->vocab_.reserve(ids.size());
+  m->id_to_token_.assign(size_t(max_id + 1), {0, kNoToken});
   m->char_ids_.assign(0x10000, -1);
-  for (auto& [tok, id] : vocab) {
-    if (tok.empty()) continue;
-    size_t i = 0;
-    if (utf8_invalid_at(tok) != kNpos) continue;
-    char32_t cp = utf8_next(tok, i);
-    if (i == tok.size() && cp < 0x10000) m->char_ids_[cp] = int32_t(id);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    std::string_view tok = tokens[k];
+    int32_t id = int32_t(ids[k]);
+    uint32_t offset = m->vocab_.set(tok, id);
+    m->id_to_token_[size_t(id)] = {offset, uint32_t(tok.size())};
+    // One-character tokens, for the per-character lookup of initial_symbols().
+    if (!tok.empty() && tok.size() <= 3 && utf8_len(static_cast<unsigned char>(tok[0])) == tok.size() &&
+        utf8_invalid_at(tok) == kNpos) {
+      size_t i = 0;
+      char32_t cp = utf8_next(tok, i);
+      m->char_ids_[cp] = id;
+    }
   }
   if (m->unk_token_) m->unk_id_ = m->vocab_.get(*m->unk_token_);
   for (int b = 0; b < 256; ++b) {
@@ -157,7 +200,7 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, Token
   }
 
   // Merges.
-  std::vector<std::pair<std::string, std::string>> dom_merges;
+  TokenizerJson::Strings dom_sides;
   if (!tj.merges_streamed) {
     auto it = model.find("merges");
     if (it != model.end() && !it->is_null()) {
@@ -170,35 +213,64 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, Token
           size_t sp = s.find(' ');
           if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
             throw Error(loc, "a merge string must be two tokens separated by one space");
-          dom_merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+          dom_sides.push(std::string_view(s).substr(0, sp));
+          dom_sides.push(std::string_view(s).substr(sp + 1));
         } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-          dom_merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
+          dom_sides.push(e[0].get<std::string>());
+          dom_sides.push(e[1].get<std::string>());
         } else {
           throw Error(loc, "expected a \"a b\" string or a [a, b] array");
         }
       }
     }
   }
-  auto& merges = tj.merges_streamed ? tj.merges : dom_merges;
+  const auto& sides = tj.merges_streamed ? tj.merge_sides : dom_sides;
+  const size_t n_merges = sides.size() / 2;
   size_t cap = 16;
-  while (cap < merges.size() * 2 + 2) cap <<= 1;
+  while (cap * 2 < n_merges * 3 + 2) cap <<= 1;
   m->merge_keys_.assign(cap, kEmptyKey);
   m->merge_values_.assign(cap, MergeEntry{0, 0});
-  std::string joined;
-  for (size_t r = 0; r < merges.size(); ++r) {
-    const auto& [a, b] = merges[r];
-    auto loc = [&] { return w + ".merges[" + std::to_string(r) + "]"; };
-    auto ia = m->vocab_.get(a);
-    auto ib = m->vocab_.get(b);
-    if (!ia) throw Error(loc(), "token \"" + a + "\" is not in the vocabulary");
-    if (!ib) throw Error(loc(), "token \"" + b + "\" is not in the vocabulary");
-    // The merged token drops the right side's continuing_subword_prefix, as HF does.
-    if (b.size() < m->prefix_.size()) throw Error(loc(), "token \"" + b + "\" lacks the prefix");
-    joined.assign(a);
-    joined.append(b, m->prefix_.size());
-    auto inew = m->vocab_.get(joined);
-    if (!inew) throw Error(loc(), "merged token \"" + joined + "\" is not in the vocabulary");
-    m->insert_merge(*ia, *ib, MergeEntry{int32_t(r), *inew});  // a repeated pair: last one wins
+  // Resolve the token ids of every merge (read-only lookups, in parallel and batched), then insert.
+  std::vector<int32_t> side_ids(2 * n_merges), new_ids(n_merges);
+  const BpeModel& cm = *m;
+  parallel_for(
+      int64_t(n_merges),
+      [&](int64_t begin, int64_t end) {
+        constexpr size_t kChunk = 256;
+        std::vector<std::string_view> keys(2 * kChunk);
+        std::vector<std::string> joined(kChunk);
+        for (size_t r0 = size_t(begin); r0 < size_t(end); r0 += kChunk) {
+          size_t n = std::min(kChunk, size_t(end) - r0);
+          for (size_t k = 0; k < 2 * n; ++k) keys[k] = sides[2 * r0 + k];
+          cm.vocab_.get_many(keys.data(), 2 * n, side_ids.data() + 2 * r0);
+          for (size_t k = 0; k < n; ++k) {
+            std::string_view a = keys[2 * k], b = keys[2 * k + 1];
+            joined[k].assign(a);
+            // The merged token drops the right side's continuing_subword_prefix, as HF does.
+            if (b.size() >= cm.prefix_.size()) joined[k].append(b.substr(cm.prefix_.size()));
+            keys[k] = joined[k];
+          }
+          cm.vocab_.get_many(keys.data(), n, new_ids.data() + r0);
+        }
+      },
+      4096);
+  for (size_t r = 0; r < n_merges; ++r) {
+    int32_t ia = side_ids[2 * r], ib = side_ids[2 * r + 1], inew = new_ids[r];
+    if (ia < 0 || ib < 0 || inew < 0 || sides[2 * r + 1].size() < m->prefix_.size()) {
+      std::string a(sides[2 * r]), b(sides[2 * r + 1]);
+      std::string loc = w + ".merges[" + std::to_string(r) + "]";
+      if (ia < 0) throw Error(loc, "token \"" + a + "\" is not in the vocabulary");
+      if (ib < 0) throw Error(loc, "token \"" + b + "\" is not in the vocabulary");
+      if (b.size() < m->prefix_.size()) throw Error(loc, "token \"" + b + "\" lacks the prefix");
+      throw Error(loc, "merged token \"" + a + b.substr(m->prefix_.size()) +
+                           "\" is not in the vocabulary");
+    }
+    if (r + 8 < n_merges) {
+      int32_t pa = side_ids[2 * (r + 8)], pb = side_ids[2 * (r + 8) + 1];
+      uint64_t key = (uint64_t(uint32_t(pa)) << 32) | uint32_t(pb);
+      __builtin_prefetch(&m->merge_keys_[size_t(mix(key)) & (cap - 1)]);
+    }
+    m->insert_merge(ia, ib, MergeEntry{int32_t(r), inew});  // a repeated pair: last one wins
   }
   return m;
 }

@@ -29,14 +29,22 @@ namespace kiln::tokenizer {
 class StringIdMap {
  public:
   void reserve(size_t n);
-  // Inserts or overwrites.
-  void set(std::string_view key, int32_t value);
+  // Inserts or overwrites; returns the stored key (valid while the map lives and is not grown
+  // past its reserve... use key_at() with the returned offset for a stable view).
+  uint32_t set(std::string_view key, int32_t value);
   std::optional<int32_t> get(std::string_view key) const;
+  // get() for n keys at once (-1 when absent), prefetching the table so lookups overlap their
+  // cache misses; loading tokenizer.json is bound by these misses.
+  void get_many(const std::string_view* keys, size_t n, int32_t* out) const;
   size_t size() const { return count_; }
+  // The key stored at arena offset `offset` with length `length`.
+  std::string_view key_at(uint32_t offset, uint32_t length) const {
+    return std::string_view(arena_).substr(offset, length);
+  }
 
  private:
   struct Slot {
-    uint64_t hash = 0;
+    uint32_t tag = 0;  // high bits of the hash
     uint32_t offset = 0, length = 0;
     int32_t value = -1;  // -1: empty
   };
@@ -56,11 +64,12 @@ class BpeModel {
   void tokenize(std::string_view piece, std::vector<int32_t>& out) const;
 
   std::optional<int32_t> token_to_id(std::string_view token) const { return vocab_.get(token); }
-  // nullptr when the id is not in the vocabulary.
-  const std::string* id_to_token(int32_t id) const {
-    return id >= 0 && size_t(id) < id_to_token_.size() && has_id_[size_t(id)]
-               ? &id_to_token_[size_t(id)]
-               : nullptr;
+  // The token string of `id`, or nullopt when the id is not in the vocabulary.
+  std::optional<std::string_view> id_to_token(int32_t id) const {
+    if (id < 0 || size_t(id) >= id_to_token_.size() || id_to_token_[size_t(id)].second == kNoToken)
+      return std::nullopt;
+    const auto& [offset, length] = id_to_token_[size_t(id)];
+    return vocab_.key_at(offset, length);
   }
   size_t vocab_size() const { return vocab_.size(); }
   int32_t max_id() const { return int32_t(id_to_token_.size()) - 1; }
@@ -100,9 +109,9 @@ class BpeModel {
   void merge_small(int32_t* ids, size_t& n) const;
   void merge_heap(std::vector<int32_t>& symbols) const;
 
+  static constexpr uint32_t kNoToken = ~uint32_t(0);
   StringIdMap vocab_;
-  std::vector<std::string> id_to_token_;
-  std::vector<bool> has_id_;
+  std::vector<std::pair<uint32_t, uint32_t>> id_to_token_;  // (arena offset, length) in vocab_
   std::vector<uint64_t> merge_keys_;
   std::vector<MergeEntry> merge_values_;
   std::vector<int32_t> char_ids_;  // id of the one-character token for cp < 0x10000, else -1

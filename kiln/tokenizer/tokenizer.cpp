@@ -220,8 +220,8 @@ std::shared_ptr<Tokenizer> Tokenizer::from_json(const std::string& tokenizer_jso
     int32_t k = t->added_index_by_id_[size_t(id)];
     if (k >= 0) {
       t->skip_id_[size_t(id)] = special_contents.count(t->added_[size_t(k)].content) ? 1 : 0;
-    } else if (const std::string* s = t->model_->id_to_token(int32_t(id))) {
-      t->skip_id_[size_t(id)] = special_contents.count(*s) ? 1 : 0;
+    } else if (auto s = t->model_->id_to_token(int32_t(id))) {
+      t->skip_id_[size_t(id)] = special_contents.count(std::string(*s)) ? 1 : 0;
     }
   }
   // Matchers: raw (normalized=false) and normalized contents; longest first per first byte.
@@ -428,7 +428,7 @@ std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
     int32_t k = added_index_by_id_[size_t(id)];
     if (k >= 0) return added_[size_t(k)].content;
   }
-  if (const std::string* s = model_->id_to_token(id)) return *s;
+  if (auto s = model_->id_to_token(id)) return std::string(*s);
   return std::nullopt;
 }
 
@@ -476,7 +476,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, const DecodeOptions&
         continue;
       }
     }
-    if (const std::string* s = model_->id_to_token(id)) tokens.push_back(*s);
+    if (auto s = model_->id_to_token(id)) tokens.emplace_back(*s);
     // Ids the tokenizer does not know are dropped, as HF does.
   }
   std::string text;

@@ -32,13 +32,16 @@ class Handler : public nlohmann::json_sax<Json> {
     if (mode_ == Mode::kMerges) {
       size_t sp = v.find(' ');
       if (sp == std::string::npos || v.find(' ', sp + 1) != std::string::npos)
-        throw Error(where_ + ": model.merges[" + std::to_string(out_.merges.size()) + "]",
+        throw Error(where_ + ": model.merges[" + std::to_string(merge_count()) + "]",
                     "a merge string must be two tokens separated by one space, got \"" + v + "\"");
-      out_.merges.emplace_back(v.substr(0, sp), v.substr(sp + 1));
+      out_.merge_sides.push(std::string_view(v).substr(0, sp));
+      out_.merge_sides.push(std::string_view(v).substr(sp + 1));
       return true;
     }
     if (mode_ == Mode::kMergePair) {
-      pair_.push_back(std::move(v));
+      if (pair_size_ >= 2) bad_pair();
+      out_.merge_sides.push(v);
+      ++pair_size_;
       return true;
     }
     if (mode_ == Mode::kVocab) throw Error(where_ + ": model.vocab", "ids must be integers");
@@ -59,7 +62,7 @@ class Handler : public nlohmann::json_sax<Json> {
   }
   bool key(string_t& k) override {
     if (mode_ == Mode::kVocab) {
-      vocab_key_ = std::move(k);
+      out_.vocab_tokens.push(k);
       return true;
     }
     key_ = std::move(k);
@@ -85,7 +88,7 @@ class Handler : public nlohmann::json_sax<Json> {
     }
     if (mode_ == Mode::kMerges) {
       mode_ = Mode::kMergePair;
-      pair_.clear();
+      pair_size_ = 0;
       return true;
     }
     if (mode_ != Mode::kDom && mode_ != Mode::kPendingVocab) bad_model_entry();
@@ -94,10 +97,7 @@ class Handler : public nlohmann::json_sax<Json> {
   }
   bool end_array() override {
     if (mode_ == Mode::kMergePair) {
-      if (pair_.size() != 2)
-        throw Error(where_ + ": model.merges[" + std::to_string(out_.merges.size()) + "]",
-                    "a merge pair must hold exactly two strings");
-      out_.merges.emplace_back(std::move(pair_[0]), std::move(pair_[1]));
+      if (pair_size_ != 2) bad_pair();
       mode_ = Mode::kMerges;
       return true;
     }
@@ -119,14 +119,19 @@ class Handler : public nlohmann::json_sax<Json> {
  private:
   enum class Mode { kDom, kPendingVocab, kVocab, kPendingMerges, kMerges, kMergePair };
 
+  size_t merge_count() const { return out_.merge_sides.size() / 2; }
+  [[noreturn]] void bad_pair() {
+    throw Error(where_ + ": model.merges[" + std::to_string(merge_count()) + "]",
+                "a merge pair must hold exactly two strings");
+  }
   [[noreturn]] void bad_model_entry() {
     if (mode_ == Mode::kMerges || mode_ == Mode::kMergePair)
-      throw Error(where_ + ": model.merges[" + std::to_string(out_.merges.size()) + "]",
+      throw Error(where_ + ": model.merges[" + std::to_string(merge_count()) + "]",
                   "expected a \"a b\" string or a [a, b] array");
     throw Error(where_ + ": model.vocab", "expected an object of token -> id");
   }
   bool vocab_id(int64_t id) {
-    out_.vocab.emplace_back(std::move(vocab_key_), id);
+    out_.vocab_ids.push_back(id);
     return true;
   }
   bool value(Json v) {
@@ -174,9 +179,9 @@ class Handler : public nlohmann::json_sax<Json> {
   TokenizerJson& out_;
   const std::string& where_;
   std::vector<Json*> stack_;
-  std::string key_, vocab_key_, error_;
+  std::string key_, error_;
   size_t error_byte_ = 0;
-  std::vector<std::string> pair_;
+  size_t pair_size_ = 0;
   Mode mode_ = Mode::kDom;
   bool in_model_ = false;
 };

@@ -5,7 +5,7 @@
 //   shared/MACHINE.md) and vs measure_gemm_peak(bf16).
 // Every layer gets its own packed copy, as in the real model, so decode cannot hit in cache.
 //
-// Usage: OMP_NUM_THREADS=2 bench_linear [--reps R] [--layers L] [--peak GFLOPS]
+// Usage: OMP_NUM_THREADS=2 bench_linear [--reps R] [--layers L] [--peak GFLOPS] [--m 1,128,512]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,11 +47,24 @@ struct Shape {
 
 int main(int argc, char** argv) {
   int reps = 7, layers = 28;
+  std::vector<int64_t> ms = {1, 2, 4, 8, 128, 512};
   double machine_peak = 836e9;  // shared/MACHINE.md: vdpbf16ps on both cores
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--layers")) layers = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--peak")) machine_peak = std::atof(argv[i + 1]) * 1e9;
+    if (!std::strcmp(argv[i], "--m")) {
+      ms.clear();
+      for (const char* p = argv[i + 1]; *p;) {
+        char* end = nullptr;
+        ms.push_back(std::strtoll(p, &end, 10));
+        if (end == p || ms.back() <= 0) {
+          std::fprintf(stderr, "--m: expected a comma-separated list of positive row counts\n");
+          return 2;
+        }
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
   }
   std::printf("threads %d, layers %d, best of %d repeats\n", kiln::num_threads(), layers, reps);
   const double bw = kiln::cpu::measure_memory_bandwidth();
@@ -78,7 +91,7 @@ int main(int argc, char** argv) {
   total_bytes += lm_head->bytes();
   std::printf("packed %.3f GB of bf16 weights in %.2f s\n\n", total_bytes / 1e9, now_s() - t_pack);
 
-  for (int64_t M : {1, 2, 4, 8, 128, 512}) {
+  for (int64_t M : ms) {
     const bool decode = M <= 8;
     Tensor x = random_bf16(M, 3072, 7);
     Tensor y = Tensor::zeros({M, 151936}, DType::f32);

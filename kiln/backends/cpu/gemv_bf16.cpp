@@ -23,9 +23,21 @@ constexpr int64_t kPrefetchPairs = 8;
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
 // acc[m][j] += W[block columns 16j..16j+15, :] . x[m, :] over all Kp (MR rows, MR <= 4).
-template <int MR>
+// Prefetches the 4 cache lines of k pair p of the stream at `pf` (L1 for the block being read,
+// L2 for the next block while a re-read pass runs from L2).
+template <bool kNext>
+inline void prefetch_pair(const uint16_t* pf) {
+  constexpr _mm_hint hint = kNext ? _MM_HINT_T1 : _MM_HINT_T0;
+  _mm_prefetch(reinterpret_cast<const char*>(pf), hint);
+  _mm_prefetch(reinterpret_cast<const char*>(pf + 32), hint);
+  _mm_prefetch(reinterpret_cast<const char*>(pf + 64), hint);
+  _mm_prefetch(reinterpret_cast<const char*>(pf + 96), hint);
+}
+
+// pf: the stream to prefetch alongside (pf + p * 128 for k pair p).
+template <int MR, bool kNext>
 inline void block_dot(const uint32_t* const* xp, int64_t pairs, const uint16_t* wblk,
-                      __m512 (&acc)[MR][4]) {
+                      const uint16_t* pf, __m512 (&acc)[MR][4]) {
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_setzero_ps();
   if constexpr (MR == 1) {
@@ -36,14 +48,8 @@ inline void block_dot(const uint32_t* const* xp, int64_t pairs, const uint16_t* 
     const uint32_t* x0 = xp[0];
     for (int64_t p = 0; p < pairs; p += 2) {
       const uint16_t* w = wblk + p * 128;
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128 + 32), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128 + 64), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128 + 96), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128 + 128), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128 + 160), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128 + 192), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128 + 224), _MM_HINT_T0);
+      prefetch_pair<kNext>(pf + p * 128);
+      prefetch_pair<kNext>(pf + p * 128 + 128);
       __m512bh xa = as_bh(_mm512_set1_epi32(int(x0[p])));
       __m512bh xb = as_bh(_mm512_set1_epi32(int(x0[p + 1])));
       for (int j = 0; j < 4; ++j) {
@@ -55,10 +61,7 @@ inline void block_dot(const uint32_t* const* xp, int64_t pairs, const uint16_t* 
   } else {
     for (int64_t p = 0; p < pairs; ++p) {
       const uint16_t* w = wblk + p * 128;
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128 + 32), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128 + 64), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchPairs * 128 + 96), _MM_HINT_T0);
+      prefetch_pair<kNext>(pf + p * 128);
       __m512i w0 = _mm512_loadu_si512(w), w1 = _mm512_loadu_si512(w + 32);
       __m512i w2 = _mm512_loadu_si512(w + 64), w3 = _mm512_loadu_si512(w + 96);
       for (int m = 0; m < MR; ++m) {
@@ -95,13 +98,21 @@ inline void store_block(const __m512 (&acc)[MR][4], int64_t m0, int64_t n0, int6
   }
 }
 
+// Rows [m0, m0 + MR) of one block. The first row chunk streams the block from memory; later chunks
+// re-read it from L2 and meanwhile pull the next block into L2 (`next`), so the memory stream never
+// idles while rows 5..8 are computed.
 template <int MR>
-inline void rows_block(const uint16_t* xb, int64_t m0, int64_t Kp, const uint16_t* wblk, int64_t n0,
-                       int64_t N, void* y, bool y_bf16, const float* residual) {
+inline void rows_block(const uint16_t* xb, int64_t m0, int64_t Kp, const uint16_t* wblk,
+                       const uint16_t* next, int64_t n0, int64_t N, void* y, bool y_bf16,
+                       const float* residual) {
   const uint32_t* xp[MR];
   for (int m = 0; m < MR; ++m) xp[m] = reinterpret_cast<const uint32_t*>(xb + (m0 + m) * Kp);
   __m512 acc[MR][4];
-  block_dot<MR>(xp, Kp / 2, wblk, acc);
+  if (m0 == 0) {
+    block_dot<MR, false>(xp, Kp / 2, wblk, wblk + kPrefetchPairs * 128, acc);
+  } else {
+    block_dot<MR, true>(xp, Kp / 2, wblk, next, acc);
+  }
   store_block<MR>(acc, m0, n0, N, y, y_bf16, residual);
 }
 
@@ -117,14 +128,16 @@ void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int
   parallel_for(nblocks, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const uint16_t* wblk = w + b * block_elems;
+      // Past this thread's range the prefetch target is harmless (prefetches never fault).
+      const uint16_t* next = wblk + block_elems;
       const int64_t n0 = b * kBlockN;
       // Rows in chunks of up to 4 (16 accumulators); a second chunk re-reads the block from L2.
       for (int64_t m0 = 0; m0 < M; m0 += 4) {
         switch (std::min<int64_t>(4, M - m0)) {
-          case 1: rows_block<1>(xb, m0, Kp, wblk, n0, N, y, y_bf16, residual); break;
-          case 2: rows_block<2>(xb, m0, Kp, wblk, n0, N, y, y_bf16, residual); break;
-          case 3: rows_block<3>(xb, m0, Kp, wblk, n0, N, y, y_bf16, residual); break;
-          default: rows_block<4>(xb, m0, Kp, wblk, n0, N, y, y_bf16, residual); break;
+          case 1: rows_block<1>(xb, m0, Kp, wblk, next, n0, N, y, y_bf16, residual); break;
+          case 2: rows_block<2>(xb, m0, Kp, wblk, next, n0, N, y, y_bf16, residual); break;
+          case 3: rows_block<3>(xb, m0, Kp, wblk, next, n0, N, y, y_bf16, residual); break;
+          default: rows_block<4>(xb, m0, Kp, wblk, next, n0, N, y, y_bf16, residual); break;
         }
       }
     }

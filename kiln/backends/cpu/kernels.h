@@ -122,6 +122,8 @@ double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scal
 // ---------------------------------------------------------------------------------------------------
 // Rooflines measured on this machine (for `kiln bench`): streaming read bandwidth in bytes/s with all
 // threads, and the best GEMM rate in FLOP/s for `dtype` (bf16 or f32) at a large square size.
+// Each takes about 0.5 s. measure_memory_bandwidth() streams a 256 MiB buffer that it frees on
+// return; the process's peak RSS still counts it, so call it before loading a model.
 double measure_memory_bandwidth();
 double measure_gemm_peak(DType dtype);
 

@@ -45,11 +45,10 @@ std::shared_ptr<Executable> CompileCache::get_or_compile(
       return it->second;
     }
     if (strict_ && !planned_.count(k)) {
-      std::string why = "no shapes were planned (run warmup first)";
-      const auto& prev = keys_by_function_[key.function];
-      if (!prev.empty()) why = "it differs from the planned shapes in " + changed_dimension(key, prev.front());
-      for (const auto& p : planned_)
-        if (p.rfind(key.function + "(", 0) == 0) why = "planned shapes include " + p;
+      std::string why = "no shapes were planned for it (run warmup first)";
+      for (const auto& [pk, p] : planned_)
+        if (p.function == key.function)
+          why = "it differs from the planned " + pk + " in " + changed_dimension(key, p);
       throw Error("strict compile",
                   "function '" + key.function + "' would compile a new shape " + k + ": " + why +
                       ". Pad inputs to a planned bucket or plan this shape with `kiln warmup`.");
@@ -82,7 +81,7 @@ std::shared_ptr<Executable> CompileCache::get_or_compile(
 
 void CompileCache::plan(const CompileKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  planned_.insert(key.str());
+  planned_.emplace(key.str(), key);
 }
 
 std::map<std::string, FunctionStats> CompileCache::stats() const {

@@ -65,7 +65,7 @@ class CompileCache {
   bool strict_;
   std::map<std::string, std::shared_ptr<Executable>> entries_;
   std::map<std::string, std::vector<CompileKey>> keys_by_function_;
-  std::set<std::string> planned_;
+  std::map<std::string, CompileKey> planned_;
   std::map<std::string, FunctionStats> stats_;
   std::set<std::string> warned_;
 };

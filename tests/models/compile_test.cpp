@@ -1,0 +1,109 @@
+// The compile pipeline on the real decoder graph: which fusions fire, that the memory plan never
+// lets two live buffers overlap, and the compile-cache counters and strict mode.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "kiln/core/error.h"
+#include "kiln/graph/passes.h"
+#include "kiln/models/causal_lm.h"
+#include "kiln/models/decoder.h"
+
+namespace {
+
+using kiln::graph::Op;
+const std::string kTiny = std::string(KILN_SHARED_DIR) + "/testdata/models/tiny";
+
+std::map<Op, int> op_counts(const kiln::graph::Graph& g) {
+  std::map<Op, int> n;
+  for (const auto& node : g.nodes)
+    if (!node.dead) ++n[node.op];
+  return n;
+}
+
+kiln::graph::Graph fused(const kiln::graph::Graph& g0) {
+  auto g = kiln::graph::fuse_sibling_linears(g0);
+  g = kiln::graph::fuse_silu_mul(g);
+  g = kiln::graph::fuse_qk_norm_rope(g);
+  g = kiln::graph::eliminate_dead_code(g);
+  g = kiln::graph::fuse_residual(g);
+  return kiln::graph::eliminate_dead_code(g);
+}
+
+TEST(Compile, Qwen3FusionsFireOncePerLayer) {
+  auto cfg = kiln::models::ModelConfig::from_pretrained(kTiny);
+  auto g0 = kiln::models::build_decoder_graph(cfg, kiln::DType::bf16, "prefill", 2, 32, 64);
+  auto before = op_counts(g0);
+  auto after = op_counts(fused(g0));
+  const int layers = int(cfg.num_hidden_layers);
+  EXPECT_EQ(before[Op::Linear], 7 * layers + 1);
+  EXPECT_EQ(after[Op::QKNormRopeCache], layers);
+  EXPECT_EQ(after[Op::SiluMul], layers);
+  EXPECT_EQ(after[Op::LinearResidual], 2 * layers);
+  EXPECT_EQ(after[Op::Linear], 2 * layers + 1);  // fused qkv, fused gate_up, lm_head
+  EXPECT_EQ(after[Op::KVCacheWrite], 0);
+  EXPECT_EQ(after[Op::Rope], 0);
+  EXPECT_EQ(after[Op::Add], 0);
+}
+
+TEST(Compile, Qwen2WithBiasKeepsTheUnfusedPrologue) {
+  auto j = kiln::io::load_json(kTiny + "/config.json");
+  j["model_type"] = "qwen2";
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  auto cfg = kiln::models::ModelConfig::from_json(j, "config.json");
+  auto g = fused(kiln::models::build_decoder_graph(cfg, kiln::DType::f32, "decode", 1, 1, 40));
+  auto n = op_counts(g);
+  EXPECT_EQ(n[Op::QKNormRopeCache], 0);  // bias between split and rope: reference path
+  EXPECT_EQ(n[Op::BiasAdd], 3 * int(cfg.num_hidden_layers));
+  EXPECT_EQ(n[Op::KVCacheWrite], 2 * int(cfg.num_hidden_layers));
+  g.verify();
+}
+
+TEST(Compile, CountersHitsAndStrictMode) {
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::f32});
+  m->warmup("decode", 1, 1, 64);
+  m->warmup("decode", 1, 1, 64);
+  auto s = m->compile_cache().stats();
+  EXPECT_EQ(s["decode"].compiles, 1);
+  EXPECT_EQ(s["decode"].hits, 1);
+  m->compile_cache().set_strict(true);
+  m->warmup("decode", 1, 1, 64);  // planned: fine
+  try {
+    auto cache = m->make_cache(1, 128);
+    std::vector<int32_t> one = {1}, zero = {0}, mask(128, 1);
+    m->forward("decode", kiln::Tensor::from_vector(one, {1, 1}), kiln::Tensor::from_vector(zero, {1, 1}),
+               kiln::Tensor::from_vector(mask, {1, 128}), cache, 0);
+    FAIL() << "strict mode compiled an unplanned shape";
+  } catch (const kiln::Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("kv_cache dim 1 (64 -> 128)"), std::string::npos) << msg;
+  }
+}
+
+TEST(Compile, MissingOrMisshapenTensorsAndBadConfigsNameTheCulprit) {
+  auto j = kiln::io::load_json(kTiny + "/config.json");
+  auto err = [](const kiln::io::Json& cfg) {
+    try {
+      kiln::models::ModelConfig::from_json(cfg, "config.json");
+    } catch (const kiln::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  auto bad = j;
+  bad["model_type"] = "gpt2";
+  EXPECT_NE(err(bad).find("model_type"), std::string::npos);
+  bad = j;
+  bad["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_NE(err(bad).find("rope_type"), std::string::npos);
+  bad = j;
+  bad["flash_mode"] = true;
+  EXPECT_NE(err(bad).find("flash_mode"), std::string::npos);
+  // A checkpoint whose tensors disagree with config.json.
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::f32});
+  EXPECT_THROW(kiln::AutoModelForCausalLM::from_pretrained("/nonexistent/model"), kiln::Error);
+  EXPECT_THROW(kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.device_map = "cuda:7"}),
+               kiln::Error);
+}
+
+}  // namespace

@@ -1,6 +1,8 @@
 #include "kiln/tokenizer/bpe.h"
 
 #include <algorithm>
+#include <atomic>
+#include <unordered_map>
 #include <climits>
 #include <cstring>
 #include <queue>
@@ -336,6 +338,7 @@ void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& sym
 }
 
 void BpeModel::merge_small(int32_t* ids, size_t& n) const {
+  // Quadratic scan over at most 64 symbols, with plain loops (short arrays: cheaper than memmove).
   constexpr int32_t kNone = INT32_MAX;
   int32_t ranks[64], new_ids[64];
   auto pair_at = [&](size_t k) {
@@ -350,10 +353,11 @@ void BpeModel::merge_small(int32_t* ids, size_t& n) const {
       if (ranks[k] < ranks[best]) best = k;
     if (ranks[best] == kNone) break;
     ids[best] = new_ids[best];
-    size_t tail = n - best - 2;
-    std::memmove(ids + best + 1, ids + best + 2, tail * sizeof(int32_t));
-    std::memmove(ranks + best + 1, ranks + best + 2, (tail > 0 ? tail - 1 : 0) * sizeof(int32_t));
-    std::memmove(new_ids + best + 1, new_ids + best + 2, (tail > 0 ? tail - 1 : 0) * sizeof(int32_t));
+    for (size_t k = best + 1; k + 1 < n; ++k) ids[k] = ids[k + 1];
+    for (size_t k = best + 1; k + 2 < n; ++k) {
+      ranks[k] = ranks[k + 1];
+      new_ids[k] = new_ids[k + 1];
+    }
     --n;
     if (best > 0) pair_at(best - 1);
     if (best + 1 < n) pair_at(best);
@@ -420,6 +424,31 @@ void BpeModel::merge(std::vector<int32_t>& symbols, bool force_heap) const {
   }
 }
 
+namespace {
+
+std::atomic<uint64_t> next_instance{1};
+
+// Per-thread memo of piece -> ids. BPE is a pure function of the piece, so the memo never changes
+// results; being thread_local it needs no locks. It belongs to one model at a time (instance id)
+// and is dropped when full.
+struct PieceCache {
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+  };
+  struct Eq {
+    using is_transparent = void;
+    bool operator()(std::string_view a, std::string_view b) const { return a == b; }
+  };
+  uint64_t owner = 0;
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, Eq> map;
+  std::vector<int32_t> pool;
+};
+
+}  // namespace
+
+BpeModel::BpeModel() : instance_(next_instance.fetch_add(1)) {}
+
 void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
   if (ignore_merges_) {
@@ -428,13 +457,32 @@ void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const
       return;
     }
   }
-  size_t base = out.size();
-  // Work directly in `out` past `base` to avoid a temporary for the common short piece.
+  constexpr size_t kMaxCachedPiece = 48, kMaxEntries = 1 << 16;
+  thread_local PieceCache cache;
+  const bool cacheable = piece.size() <= kMaxCachedPiece;
+  if (cacheable) {
+    if (cache.owner != instance_ || cache.map.size() >= kMaxEntries) {
+      cache.map.clear();
+      cache.pool.clear();
+      cache.owner = instance_;
+    }
+    auto it = cache.map.find(piece);
+    if (it != cache.map.end()) {
+      auto [off, len] = it->second;
+      out.insert(out.end(), cache.pool.begin() + off, cache.pool.begin() + off + len);
+      return;
+    }
+  }
   thread_local std::vector<int32_t> symbols;
   symbols.clear();
   initial_symbols(piece, symbols);
   merge(symbols);
-  out.insert(out.begin() + std::ptrdiff_t(base), symbols.begin(), symbols.end());
+  out.insert(out.end(), symbols.begin(), symbols.end());
+  if (cacheable) {
+    cache.map.emplace(std::string(piece),
+                      std::make_pair(uint32_t(cache.pool.size()), uint32_t(symbols.size())));
+    cache.pool.insert(cache.pool.end(), symbols.begin(), symbols.end());
+  }
 }
 
 }  // namespace kiln::tokenizer

@@ -3,7 +3,8 @@
 // end_of_word_suffix, byte_fallback to <0xXX> tokens, unk_token with fuse_unk), then the adjacent
 // pair of lowest merge rank is merged repeatedly (leftmost first among equal ranks) until no pair
 // has a merge. The merge loop is O(n log n) per piece (a heap over a linked list of symbols) with a
-// quadratic-but-allocation-free path for short pieces; both give identical results.
+// quadratic-but-allocation-free path for short pieces; both give identical results. Results of
+// short pieces are memoized in a per-thread cache (BPE is a pure function of the piece).
 // Thread-safe: tokenize() touches no shared mutable state.
 //
 // Example:
@@ -56,6 +57,8 @@ class StringIdMap {
 
 class BpeModel {
  public:
+  BpeModel();
+
   // `model` is the "model" object of tokenizer.json; vocab/merges come from `tj` when streamed.
   static std::unique_ptr<BpeModel> from_json(const nlohmann::json& model, TokenizerJson& tj,
                                              const std::string& where);
@@ -119,7 +122,8 @@ class BpeModel {
   std::optional<std::string> unk_token_;
   std::optional<int32_t> unk_id_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
-  int32_t byte_ids_[256];  // ids of "<0xXX>" tokens (byte_fallback), -1 when missing
+  int32_t byte_ids_[256];
+  uint64_t instance_;  // identifies this model to the per-thread piece cache  // ids of "<0xXX>" tokens (byte_fallback), -1 when missing
 };
 
 }  // namespace kiln::tokenizer

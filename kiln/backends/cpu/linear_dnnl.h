@@ -78,7 +78,7 @@ constexpr int64_t kBlockK = 32;
 // y[m, n] (m < M, n < N) = sum_k x[m, k] * W[n, k] (+ residual[m, n]) on the packed layout above.
 //   xb: bf16 [M, Kp] (zero-padded past K); w: packed, Np = round_up(N, 64) columns;
 //   y: f32 or bf16 (y_bf16) [M, N] with row stride N; residual: f32 [M, N] or null, may alias y.
-// Splits N-blocks over the OpenMP threads. M <= 8.
+// Splits N-blocks over the OpenMP threads. Any M; linear() uses it for M <= 4.
 void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N, void* y,
                bool y_bf16, const float* residual);
 // Whether gemv_bf16 is compiled with AVX512_BF16 (otherwise linear() uses oneDNN for every M).

@@ -105,17 +105,87 @@ inline __m512 load16(const bf16_t* p) { return detail::load_bf16x16(p); }
 // ------------------------------------------------------------------------------------------------
 // Decode path.
 
-// Scores of RG query rows against one K row: s[r * 16 + jj] = q_r . k (unscaled).
-template <int RG, typename KT>
-inline void decode_scores(const float* const* qrows, const KT* kp, int64_t d, float* s,
-                          int64_t jj) {
-  __m512 acc[RG];
-  for (int r = 0; r < RG; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < d; i += 16) {
-    const __m512 kv = load16(kp + i);
-    for (int r = 0; r < RG; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qrows[r] + i), kv, acc[r]);
+// Lane partials of the scores of RG query rows against one K row: part[r][jj] is a vector whose
+// lanes sum to q_r . k (unscaled). Two accumulators per row halve the FMA dependency chain.
+template <int RG>
+inline void decode_partials(const float* const* qrows, const float* kp, int64_t d, __m512* part,
+                            int64_t jj) {
+  __m512 acc[RG][2];
+  for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= d; i += 32) {
+    const __m512 k0 = _mm512_loadu_ps(kp + i), k1 = _mm512_loadu_ps(kp + i + 16);
+    for (int r = 0; r < RG; ++r) {
+      acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qrows[r] + i), k0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(qrows[r] + i + 16), k1, acc[r][1]);
+    }
   }
-  for (int r = 0; r < RG; ++r) s[r * 16 + jj] = _mm512_reduce_add_ps(acc[r]);
+  if (i < d) {
+    const __m512 k0 = _mm512_loadu_ps(kp + i);
+    for (int r = 0; r < RG; ++r) acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qrows[r] + i), k0, acc[r][0]);
+  }
+  for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
+}
+
+template <int RG>
+inline void decode_partials(const float* const* qrows, const bf16_t* kp, int64_t d, __m512* part,
+                            int64_t jj) {
+  __m512 acc[RG][2];
+  for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= d; i += 32) {
+    const __m512 k0 = detail::load_bf16x16(kp + i);
+    const __m512 k1 = detail::load_bf16x16(kp + i + 16);
+    for (int r = 0; r < RG; ++r) {
+      acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qrows[r] + i), k0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(qrows[r] + i + 16), k1, acc[r][1]);
+    }
+  }
+  if (i < d) {
+    const __m512 k0 = detail::load_bf16x16(kp + i);
+    for (int r = 0; r < RG; ++r) acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qrows[r] + i), k0, acc[r][0]);
+  }
+  for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
+}
+
+#ifdef __AVX512BF16__
+// bf16 cache: the K row is used as stored by vdpbf16ps (no widening), against q split into
+// q_hi = bf16(q) and q_lo = bf16(q - q_hi), so q keeps ~16 significant bits (f32-class scores).
+template <int RG>
+inline void decode_partials_dp(const bf16_t* const* qhi, const bf16_t* const* qlo,
+                               const bf16_t* kp, int64_t d, __m512* part, int64_t jj) {
+  __m512 acc[RG][2];
+  for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < d; i += 32) {
+    const __m512bh kv = (__m512bh)_mm512_loadu_si512(kp + i);
+    for (int r = 0; r < RG; ++r) {
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)_mm512_loadu_si512(qhi[r] + i), kv);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)_mm512_loadu_si512(qlo[r] + i), kv);
+    }
+  }
+  for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
+}
+#endif
+
+// Lane i of the result = sum of the lanes of v[i], for 16 vectors (a transposing reduction tree:
+// 45 shuffles/adds instead of 16 separate horizontal sums).
+inline __m512 hsum16(const __m512* v) {
+  __m512 w[8], u[4];
+  // u[i] must hold partials of v[i], v[i+4], v[i+8], v[i+12] in its four 128-bit blocks.
+  for (int i = 0; i < 4; ++i) {
+    const __m512 a = v[i], b = v[i + 4], c = v[i + 8], e = v[i + 12];
+    w[2 * i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    w[2 * i + 1] = _mm512_add_ps(_mm512_shuffle_f32x4(c, e, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_f32x4(c, e, _MM_SHUFFLE(3, 2, 3, 2)));
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  // Within each block: [sum u0, sum u1, sum u2, sum u3] -> block k lane i = v[4k + i].
+  const __m512 a = _mm512_add_ps(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
+  const __m512 b = _mm512_add_ps(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
+  return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
 // acc_r[0, 16 * NV) = acc_r * alpha_r + sum_jj p_r[jj] * v_jj for one or two rows.
@@ -196,8 +266,26 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
   }
   std::fill(pacc, pacc + rows * a.d, 0.f);
   // Rows of kv head g, in (t, q head of group) order.
-  std::vector<int64_t> grow_idx(static_cast<size_t>(rg));
   std::vector<const float*> qrows(static_cast<size_t>(rg));
+  __m512 part[8 * 16];  // lane partials [row of group][slot]; rg <= 8 on this path
+#ifdef __AVX512BF16__
+  // q rows split into bf16 hi/lo halves for the vdpbf16ps score path (bf16 cache, D % 32 == 0).
+  const bool use_dp = std::is_same_v<KT, bf16_t> && a.d % 32 == 0;
+  thread_local std::vector<bf16_t> qsplit_buf;
+  std::vector<const bf16_t*> qhi(static_cast<size_t>(rg)), qlo(static_cast<size_t>(rg));
+  bf16_t* qsplit = nullptr;
+  if (use_dp) {
+    if (qsplit_buf.size() < size_t(rows * 2 * a.d)) qsplit_buf.resize(size_t(rows * 2 * a.d));
+    qsplit = qsplit_buf.data();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < a.d; ++i) {
+        const float x = qb[r * a.d + i];
+        const bf16_t hi = f32_to_bf16(x);
+        qsplit[r * 2 * a.d + i] = hi;
+        qsplit[r * 2 * a.d + a.d + i] = f32_to_bf16(x - bf16_to_f32(hi));
+      }
+  }
+#endif
   std::vector<float> alpha(static_cast<size_t>(rows));
   const int64_t slot_stride = a.hkv * a.d;
   for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += 16) {
@@ -205,28 +293,53 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
     uint32_t base = 0;
     for (int64_t jj = 0; jj < nb; ++jj)
       if (mask[c.b * a.l + j0 + jj]) base |= 1u << jj;
-    // Scores for all rows (K block streamed once, all kv heads).
+    // Scores for all rows (K block streamed once, all kv heads): lane partials per (row, slot),
+    // then one transposing reduction per row gives the row's 16 scores as one vector.
     for (int64_t g = 0; g < a.hkv; ++g) {
-      for (int64_t t = 0; t < a.t; ++t)
-        for (int64_t gi = 0; gi < a.g; ++gi) {
-          const int64_t r = t * a.hq + g * a.g + gi;
-          grow_idx[size_t(t * a.g + gi)] = r;
-          qrows[size_t(t * a.g + gi)] = qb + r * a.d;
+      for (int64_t i = 0; i < rg; ++i) {
+        const int64_t r = (i / a.g) * a.hq + g * a.g + i % a.g;
+        qrows[size_t(i)] = qb + r * a.d;
+#ifdef __AVX512BF16__
+        if (use_dp) {
+          qhi[size_t(i)] = qsplit + r * 2 * a.d;
+          qlo[size_t(i)] = qsplit + r * 2 * a.d + a.d;
         }
-      float* sg = s + g * rg * 16;
-      for (int64_t jj = 0; jj < nb; ++jj) {
-        if (!(base >> jj & 1u)) continue;
+#endif
+      }
+      for (int64_t jj = 0; jj < 16; ++jj) {
+        if (jj >= nb || !(base >> jj & 1u)) {
+          for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
+          continue;
+        }
         const KT* kp = k + ((c.b * a.l + j0 + jj) * a.hkv + g) * a.d;
+#ifdef __AVX512BF16__
+        if (use_dp) {
+          if constexpr (std::is_same_v<KT, bf16_t>) {
+            switch (rg) {
+#define KILN_DP_CASE(n) \
+  case n:               \
+    decode_partials_dp<n>(qhi.data(), qlo.data(), kp, a.d, part, jj); \
+    break;
+              KILN_DP_CASE(1) KILN_DP_CASE(2) KILN_DP_CASE(3) KILN_DP_CASE(4)
+              KILN_DP_CASE(5) KILN_DP_CASE(6) KILN_DP_CASE(7) KILN_DP_CASE(8)
+#undef KILN_DP_CASE
+            }
+            continue;
+          }
+        }
+#endif
         switch (rg) {
 #define KILN_SC_CASE(n) \
   case n:               \
-    decode_scores<n>(qrows.data(), kp, a.d, sg, jj);  \
+    decode_partials<n>(qrows.data(), kp, a.d, part, jj);  \
     break;
           KILN_SC_CASE(1) KILN_SC_CASE(2) KILN_SC_CASE(3) KILN_SC_CASE(4)
           KILN_SC_CASE(5) KILN_SC_CASE(6) KILN_SC_CASE(7) KILN_SC_CASE(8)
 #undef KILN_SC_CASE
         }
       }
+      float* sg = s + g * rg * 16;
+      for (int64_t i = 0; i < rg; ++i) _mm512_storeu_ps(sg + i * 16, hsum16(part + i * 16));
     }
     // Online softmax per row over this block; s becomes p (grouped layout [g][rg][16]).
     for (int64_t g = 0; g < a.hkv; ++g)

@@ -37,7 +37,9 @@ class WeightStore {
 
 // Per-run scalars that are not part of the compiled shape.
 struct RunContext {
-  int64_t slot_offset = 0;  // KV-cache slot of the first token of this call
+  int64_t slot_offset = 0;    // KV-cache slot of the first token of this call
+  float loss_scale = 1.0f;    // CrossEntropy: dlogits are scaled by this
+  double* loss_sum = nullptr;  // CrossEntropy adds its summed token loss here
 };
 
 class Backend {

@@ -166,7 +166,8 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
     for (Value in : node.inputs) args.push_back(values[size_t(in)]);
     Tensor out;
     if (op_info(node.op).view) {
-      out = Tensor(args[0].storage(), args[0].offset(), node.shape, node.dtype);
+      const size_t skip = node.op == Op::Slice ? size_t(node.i0) * dtype_size(node.dtype) : 0;
+      out = Tensor(args[0].storage(), args[0].offset() + skip, node.shape, node.dtype);
     } else if (offset_[i] >= 0) {
       out = Tensor(arena_.storage(), size_t(offset_[i]), node.shape, node.dtype);
     } else {

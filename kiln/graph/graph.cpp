@@ -19,6 +19,11 @@ constexpr OpInfo kOps[] = {
     {"Rope", false, false},           {"KVCacheWrite", true, true},
     {"QKNormRopeCache", true, false}, {"Attention", false, false},
     {"TakeLastRows", false, false},   {"Cast", false, false},
+    {"MatMul", false, false},         {"CrossEntropy", true, false},
+    {"Slice", false, true},           {"MatMulGradInput", false, false},
+    {"MatMulGradWeight", true, false}, {"EmbeddingGrad", true, false},
+    {"RMSNormGrad", true, false},     {"SiLUGrad", false, false},
+    {"RopeGrad", false, false},       {"AttentionGrad", false, false},
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == size_t(Op::kCount), "op table out of sync with Op");
 
@@ -65,11 +70,25 @@ Value GraphBuilder::input(const std::string& name, const Shape& shape, DType dty
 }
 
 Value GraphBuilder::weight(const std::string& name, const Shape& shape, DType dtype) {
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {  // tied weights: one node per name
+    const Node& n = graph_.nodes[i];
+    if (n.op == Op::Weight && n.name == name) {
+      KILN_CHECK(n.shape == shape && n.dtype == dtype, name, ": used with two shapes");
+      return Value(i);
+    }
+  }
   return add_node({.op = Op::Weight, .shape = shape, .dtype = dtype, .name = name,
                    .weight_names = {name}});
 }
 
 Value GraphBuilder::state(const std::string& name, const Shape& shape, DType dtype) {
+  for (Value s : graph_.states) {  // tied weights bound per run: one state per name
+    const Node& n = graph_.node(s);
+    if (n.name == name) {
+      KILN_CHECK(n.shape == shape && n.dtype == dtype, name, ": used with two shapes");
+      return s;
+    }
+  }
   Value v = add_node({.op = Op::State, .shape = shape, .dtype = dtype, .name = name});
   graph_.states.push_back(v);
   return v;
@@ -84,10 +103,28 @@ Value GraphBuilder::embedding(Value ids, Value table, const std::string& name) {
 
 Value GraphBuilder::linear(Value x, Value w, const std::string& name) {
   const Node &xn = node(x), &wn = node(w);
-  KILN_CHECK(wn.op == Op::Weight && xn.shape.size() == 2 && xn.shape[1] == wn.shape[1], name, ": x ",
-             shape_str(xn.shape), " w ", shape_str(wn.shape));
-  return add_node({.op = Op::Linear, .inputs = {x, w}, .shape = {xn.shape[0], wn.shape[0]},
-                   .dtype = DType::f32, .name = name, .weight_names = wn.weight_names});
+  KILN_CHECK((wn.op == Op::Weight || wn.op == Op::State) && xn.shape.size() == 2 &&
+                 wn.shape.size() == 2 && xn.shape[1] == wn.shape[1],
+             name, ": x ", shape_str(xn.shape), " w ", shape_str(wn.shape));
+  return add_node({.op = wn.op == Op::Weight ? Op::Linear : Op::MatMul, .inputs = {x, w},
+                   .shape = {xn.shape[0], wn.shape[0]}, .dtype = DType::f32, .name = name,
+                   .weight_names = wn.weight_names});
+}
+
+Value GraphBuilder::cross_entropy(Value logits, Value labels, bool grad, const std::string& name) {
+  const Node &ln = node(logits), &lb = node(labels);
+  KILN_CHECK(ln.shape.size() == 2 && ln.dtype == DType::f32 && lb.dtype == DType::i32 &&
+                 numel(lb.shape) == ln.shape[0],
+             name);
+  return add_node({.op = Op::CrossEntropy, .inputs = {logits, labels},
+                   .shape = grad ? ln.shape : Shape{1}, .dtype = DType::f32, .name = name,
+                   .i0 = grad ? 1 : 0});
+}
+
+Value GraphBuilder::slice(Value x, int64_t offset, const Shape& shape, const std::string& name) {
+  KILN_CHECK(offset >= 0 && offset + numel(shape) <= numel(node(x).shape), name);
+  return add_node({.op = Op::Slice, .inputs = {x}, .shape = shape, .dtype = node(x).dtype,
+                   .name = name, .i0 = offset});
 }
 
 Value GraphBuilder::bias_add(Value x, Value bias, const std::string& name) {

@@ -47,6 +47,19 @@ enum class Op : uint8_t {
   Attention,        // (q f32 [B,T,Hq,D], k [B,L,Hkv,D], v, kv_mask i32 [B, L]) -> act [B,T,Hq,D]
   TakeLastRows,     // (x [B*T, H]) -> [B, H]: row t = T-1 of each batch entry
   Cast,             // (x) -> attrs dtype
+  // Training: weights are States bound at run time (they change every step), gradients of weights
+  // are accumulated (+=) into gradient States, so those ops have side effects.
+  MatMul,            // (x [M, K], w State [N, K]) -> f32 [M, N] = x w^T, unpacked
+  CrossEntropy,      // (logits f32 [N, V], labels i32 [N]) -> f32 dlogits * ctx.loss_scale
+                     //   (i0 = 0: [1] dummy, no gradient); adds the loss sum to ctx.loss_sum
+  Slice,             // (x) -> view of numel(shape) elements from element offset i0
+  MatMulGradInput,   // (dy f32 [M, N], w [N, K]) -> f32 [M, K] = dy w
+  MatMulGradWeight,  // (dy f32 [M, N], x [M, K], grad State f32 [N, K]) -> grad += dy^T x
+  EmbeddingGrad,     // (ids i32 [N], dy f32 [N, H], grad State f32 [V, H]) -> grad += scatter
+  RMSNormGrad,       // (x, w, dy f32, grad_w State f32 [H]) -> f32 dx; grad_w += dw
+  SiLUGrad,          // (x f32, dy f32) -> f32 dx
+  RopeGrad,          // (dy f32 [B, T, H, D], positions, cos_sin) -> f32 dx
+  AttentionGrad,     // (q, k, v, kv_mask, out, dout) -> f32 [dq | dk | dv] flat
   kCount
 };
 
@@ -91,6 +104,8 @@ struct Graph {
 class GraphBuilder {
  public:
   explicit GraphBuilder(std::string function) { graph_.function = std::move(function); }
+  // Continues an existing graph (autodiff appends the backward pass to the forward graph).
+  explicit GraphBuilder(Graph g) : graph_(std::move(g)) {}
 
   Value input(const std::string& name, const Shape& shape, DType dtype);
   Value weight(const std::string& name, const Shape& shape, DType dtype);
@@ -110,11 +125,19 @@ class GraphBuilder {
   Value attention(Value q, Value k, Value v, Value kv_mask, DType out_dtype, const std::string& name);
   Value take_last_rows(Value x, int64_t batch, const std::string& name);
   Value cast(Value x, DType dtype, const std::string& name);
+  // y = x w^T with w [N, K] a Weight (packed at compile time: Linear) or a State (bound per run:
+  // MatMul, for training).
+  Value matmul(Value x, Value w, const std::string& name) { return linear(x, w, name); }
+  Value cross_entropy(Value logits, Value labels, bool grad, const std::string& name);
+  Value slice(Value x, int64_t offset, const Shape& shape, const std::string& name);
+  // Appends any node (autodiff uses this with the backward ops above).
+  Value append(Node n) { return add_node(std::move(n)); }
 
   void output(Value v) { graph_.outputs.push_back(v); }
   Graph finish();
 
   const Node& node(Value v) const { return graph_.node(v); }
+  const Graph& graph() const { return graph_; }
 
  private:
   Value add_node(Node n);

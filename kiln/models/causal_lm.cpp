@@ -130,6 +130,8 @@ std::shared_ptr<CausalLM> CausalLM::from_pretrained(const std::string& dir,
   return m;
 }
 
+Tensor CausalLM::weight(const std::string& name) const { return weights_->get(name); }
+
 size_t CausalLM::weight_bytes() const { return weights_->bytes_; }
 size_t CausalLM::packed_bytes() const { return weights_->prepared_bytes(); }
 

@@ -74,6 +74,8 @@ class CausalLM {
                            int64_t cache_len) const;
 
   graph::CompileCache& compile_cache() { return cache_; }
+  // A loaded weight by Transformers name, in the model dtype (training copies its master weights).
+  Tensor weight(const std::string& name) const;
   size_t weight_bytes() const;    // parameter bytes in the model dtype (embeddings once when tied)
   size_t packed_bytes() const;    // backend-prepared weight bytes
 

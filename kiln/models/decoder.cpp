@@ -13,6 +13,7 @@ namespace {
 
 struct Shapes {
   int64_t B, T, L, H, Hq, Hkv, D, I, V;
+  bool training;  // weights are States; attention over the batch instead of a cache
 };
 
 // One decoder layer: x f32 [B*T, H] -> f32 [B*T, H]; writes this layer's k/v cache slots.
@@ -20,7 +21,9 @@ Value decoder_layer(GraphBuilder& b, const ModelConfig& c, const Shapes& s, DTyp
                     Value x, Value positions, Value cos_sin, Value kv_mask) {
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   const float eps = float(c.rms_norm_eps);
-  auto w = [&](const std::string& name, const Shape& shape) { return b.weight(p + name, shape, act); };
+  auto w = [&](const std::string& name, const Shape& shape) {
+    return s.training ? b.state(p + name, shape, act) : b.weight(p + name, shape, act);
+  };
   const int64_t BT = s.B * s.T;
 
   // --- self attention ---
@@ -45,11 +48,16 @@ Value decoder_layer(GraphBuilder& b, const ModelConfig& c, const Shapes& s, DTyp
   q = b.rope(heads(q, s.Hq, "q_norm"), positions, cos_sin, p + "self_attn.rotary_q");
   k = b.rope(heads(k, s.Hkv, "k_norm"), positions, cos_sin, p + "self_attn.rotary_k");
   v = b.reshape(v, {s.B, s.T, s.Hkv, s.D}, p + "self_attn.v");
-  Value k_cache = b.state(p + "self_attn.k_cache", {s.B, s.L, s.Hkv, s.D}, act);
-  Value v_cache = b.state(p + "self_attn.v_cache", {s.B, s.L, s.Hkv, s.D}, act);
-  k_cache = b.kv_cache_write(k, k_cache, p + "self_attn.k_cache");  // act [B, L, Hkv, D]
-  v_cache = b.kv_cache_write(v, v_cache, p + "self_attn.v_cache");
-  Value a = b.attention(q, k_cache, v_cache, kv_mask, act, p + "self_attn");  // act [B, T, Hq, D]
+  Value a;
+  if (s.training) {
+    a = b.attention(q, k, v, kv_mask, act, p + "self_attn");  // act [B, T, Hq, D]
+  } else {
+    Value k_cache = b.state(p + "self_attn.k_cache", {s.B, s.L, s.Hkv, s.D}, act);
+    Value v_cache = b.state(p + "self_attn.v_cache", {s.B, s.L, s.Hkv, s.D}, act);
+    k_cache = b.kv_cache_write(k, k_cache, p + "self_attn.k_cache");  // act [B, L, Hkv, D]
+    v_cache = b.kv_cache_write(v, v_cache, p + "self_attn.v_cache");
+    a = b.attention(q, k_cache, v_cache, kv_mask, act, p + "self_attn");  // act [B, T, Hq, D]
+  }
   a = b.reshape(a, {BT, s.Hq * s.D}, p + "self_attn.o_proj");
   Value o = b.linear(a, w("self_attn.o_proj.weight", {s.H, s.Hq * s.D}), p + "self_attn.o_proj");
   if (c.o_bias) o = b.bias_add(o, w("self_attn.o_proj.bias", {s.H}), p + "self_attn.o_proj");
@@ -69,29 +77,38 @@ Value decoder_layer(GraphBuilder& b, const ModelConfig& c, const Shapes& s, DTyp
 
 graph::Graph build_decoder_graph(const ModelConfig& c, DType act, const std::string& function,
                                  int64_t batch, int64_t seq, int64_t cache_len) {
+  const bool training = function == "train" || function == "eval";
   const Shapes s{batch,          seq,
-                 cache_len,      c.hidden_size,
+                 training ? seq : cache_len, c.hidden_size,
                  c.num_attention_heads, c.num_key_value_heads,
                  c.head_dim,     c.intermediate_size,
-                 c.vocab_size};
+                 c.vocab_size,   training};
   GraphBuilder b(function);
+  auto w = [&](const std::string& name, const Shape& shape) {
+    return training ? b.state(name, shape, act) : b.weight(name, shape, act);
+  };
   Value ids = b.input("input_ids", {s.B, s.T}, DType::i32);
   Value positions = b.input("position_ids", {s.B, s.T}, DType::i32);
   Value kv_mask = b.input("attention_mask", {s.B, s.L}, DType::i32);
   Value cos_sin = b.weight(kRopeTableName, {c.max_position_embeddings, s.D}, DType::f32);
 
-  Value table = b.weight("model.embed_tokens.weight", {s.V, s.H}, act);
+  Value table = w("model.embed_tokens.weight", {s.V, s.H});
   Value x = b.embedding(b.reshape(ids, {s.B * s.T}, "input_ids"), table, "model.embed_tokens");
   for (int layer = 0; layer < int(c.num_hidden_layers); ++layer)
     x = decoder_layer(b, c, s, act, layer, x, positions, cos_sin, kv_mask);
 
-  // Generation needs only the last position's logits; scoring needs all of them.
-  if (function != "score") x = b.take_last_rows(x, s.B, "last_position");
-  Value h = b.rms_norm(x, b.weight("model.norm.weight", {s.H}, act), float(c.rms_norm_eps), act,
-                       "model.norm");
+  // Generation needs only the last position's logits; scoring and training need all of them.
+  if (function == "prefill" || function == "decode") x = b.take_last_rows(x, s.B, "last_position");
+  Value h = b.rms_norm(x, w("model.norm.weight", {s.H}), float(c.rms_norm_eps), act, "model.norm");
   const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  Value logits = b.linear(h, b.weight(head, {s.V, s.H}, act), "lm_head");  // f32 [rows, V]
-  b.output(logits);
+  Value logits = b.linear(h, w(head, {s.V, s.H}), "lm_head");  // f32 [rows, V]
+  if (training) {
+    Value labels = b.input("labels", {s.B, s.T}, DType::i32);
+    b.output(b.cross_entropy(logits, b.reshape(labels, {s.B * s.T}, "labels"), function == "train",
+                             "loss"));
+  } else {
+    b.output(logits);
+  }
   return b.finish();
 }
 

@@ -1,5 +1,6 @@
 #include "kiln/backends/cpu/cpu_backend.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "kiln/backends/cpu/kernels.h"
@@ -48,6 +49,22 @@ void take_last_rows(const Tensor& x, int64_t batch, Tensor& y) {
                 static_cast<const char*>(x.raw()) + size_t(b * t + t - 1) * row_bytes, row_bytes);
 }
 
+// dx = dy * d silu(x) / dx = dy * s * (1 + x (1 - s)), s = sigmoid(x). All f32.
+void silu_grad(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  const float* xp = x.data<float>();
+  const float* dp = dy.data<float>();
+  float* out = dx.data<float>();
+  parallel_for(
+      x.numel(),
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const float s = 1.0f / (1.0f + std::exp(-xp[i]));
+          out[i] = dp[i] * s * (1.0f + xp[i] * (1.0f - s));
+        }
+      },
+      4096);
+}
+
 class CpuBackend final : public graph::Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -94,6 +111,38 @@ class CpuBackend final : public graph::Backend {
       case Op::Attention: return attention(in[0], in[1], in[2], in[3], ctx.slot_offset, out);
       case Op::TakeLastRows: return take_last_rows(in[0], n.i0, out);
       case Op::Cast: return convert(in[0].raw(), in[0].dtype(), out.raw(), out.dtype(), out.numel());
+      case Op::Slice: return;
+      case Op::MatMul: return gemm(in[0], false, in[1], true, 0.0f, out);
+      case Op::CrossEntropy: {
+        const double loss = cross_entropy(in[0], in[1].reshape({in[1].numel()}), ctx.loss_scale,
+                                          n.i0 ? &out : nullptr);
+        if (ctx.loss_sum) *ctx.loss_sum += loss;
+        return;
+      }
+      case Op::MatMulGradInput: return gemm(in[0], false, in[1], false, 0.0f, out);
+      case Op::MatMulGradWeight: {
+        Tensor grad = in[2];
+        return gemm(in[0], true, in[1], false, 1.0f, grad);
+      }
+      case Op::EmbeddingGrad: {
+        Tensor grad = in[2];
+        return embedding_backward(in[0].reshape({in[0].numel()}), in[1], grad);
+      }
+      case Op::RMSNormGrad: {
+        Tensor grad = in[3];
+        return rms_norm_backward(in[0], in[1], n.eps, in[2], out, grad);
+      }
+      case Op::SiLUGrad: return silu_grad(in[0], in[1], out);
+      case Op::RopeGrad:
+        std::memcpy(out.raw(), in[0].raw(), out.nbytes());
+        return rope_backward(out, in[1], in[2]);
+      case Op::AttentionGrad: {
+        const int64_t nq = in[0].numel(), nk = in[1].numel();
+        Tensor dq(out.storage(), out.offset(), in[0].shape(), DType::f32);
+        Tensor dk(out.storage(), out.offset() + size_t(nq) * 4, in[1].shape(), DType::f32);
+        Tensor dv(out.storage(), out.offset() + size_t(nq + nk) * 4, in[2].shape(), DType::f32);
+        return attention_backward(in[0], in[1], in[2], in[3], in[4], in[5], dq, dk, dv);
+      }
     }
   }
 };

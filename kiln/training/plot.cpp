@@ -33,14 +33,19 @@ std::string fmt(double v, const char* spec = "%.2f") {
   return buf;
 }
 
-// Tick label: plain for ordinary magnitudes, scientific for tiny or huge ones.
-std::string tick_label(double v, double step) {
+// Tick label: plain decimals, or scientific for a whole axis whose ticks are tiny or huge (so one
+// axis never mixes 0.001 with 5e-04).
+bool axis_is_scientific(const std::vector<double>& ticks) {
+  double mx = 0;
+  for (double t : ticks) mx = std::max(mx, std::fabs(t));
+  return mx > 0 && (mx < 1e-2 || mx >= 1e6);
+}
+
+std::string tick_label(double v, double step, bool scientific) {
   if (v == 0) return "0";
-  double a = std::fabs(v);
-  if (a < 1e-3 || a >= 1e6) {
+  if (scientific) {
     std::string s = fmt(v, "%.1e");
-    // 1.0e-04 -> 1e-04 reads better; keep one decimal when it carries information.
-    if (s.find(".0e") != std::string::npos) s.erase(s.find(".0e"), 2);
+    if (s.find(".0e") != std::string::npos) s.erase(s.find(".0e"), 2);  // 2.0e-04 -> 2e-04
     return s;
   }
   int decimals = std::max(0, int(std::ceil(-std::log10(step) - 1e-9)));
@@ -72,6 +77,7 @@ void draw_axes(std::ostringstream& o, const Panel& p, const std::vector<double>&
   o << "<rect x='" << fmt(p.x) << "' y='" << fmt(p.y) << "' width='" << fmt(p.w) << "' height='"
     << fmt(p.h) << "' fill='white' stroke='#444'/>\n";
   double xstep = xt.size() > 1 ? xt[1] - xt[0] : 1, ystep = yt.size() > 1 ? yt[1] - yt[0] : 1;
+  bool xsci = axis_is_scientific(xt), ysci = axis_is_scientific(yt);
   for (double t : xt) {
     double X = p.px(t);
     o << "<line x1='" << fmt(X) << "' y1='" << fmt(p.y) << "' x2='" << fmt(X) << "' y2='"
@@ -79,7 +85,7 @@ void draw_axes(std::ostringstream& o, const Panel& p, const std::vector<double>&
     o << "<line x1='" << fmt(X) << "' y1='" << fmt(p.y + p.h) << "' x2='" << fmt(X) << "' y2='"
       << fmt(p.y + p.h + 5) << "' stroke='#444'/>\n";
     o << "<text x='" << fmt(X) << "' y='" << fmt(p.y + p.h + 18)
-      << "' text-anchor='middle'>" << tick_label(t, xstep) << "</text>\n";
+      << "' text-anchor='middle'>" << tick_label(t, xstep, xsci) << "</text>\n";
   }
   for (double t : yt) {
     double Y = p.py(t);
@@ -88,7 +94,7 @@ void draw_axes(std::ostringstream& o, const Panel& p, const std::vector<double>&
     o << "<line x1='" << fmt(p.x - 5) << "' y1='" << fmt(Y) << "' x2='" << fmt(p.x) << "' y2='"
       << fmt(Y) << "' stroke='#444'/>\n";
     o << "<text x='" << fmt(p.x - 8) << "' y='" << fmt(Y + 4) << "' text-anchor='end'>"
-      << tick_label(t, ystep) << "</text>\n";
+      << tick_label(t, ystep, ysci) << "</text>\n";
   }
   o << "<text x='" << fmt(p.x + p.w / 2) << "' y='" << fmt(p.y + p.h + 38)
     << "' text-anchor='middle'>" << xml_escape(xlabel) << "</text>\n";
@@ -144,7 +150,7 @@ std::vector<double> nice_ticks(double lo, double hi, int target_count) {
   double raw = (r.hi - r.lo) / std::max(1, target_count);
   double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double norm = raw / mag;
-  double step = (norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 5 ? 5 : 10) * mag;
+  double step = (norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10) * mag;
   std::vector<double> ticks;
   for (double t = std::ceil(r.lo / step - 1e-9) * step; t <= r.hi + step * 1e-9; t += step)
     ticks.push_back(std::fabs(t) < step * 1e-9 ? 0.0 : t);

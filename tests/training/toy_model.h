@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -100,12 +101,23 @@ constexpr int64_t kToyVocab = 30;
 constexpr int32_t kToyPad = 0;
 constexpr int32_t kToyEos = 29;
 
-// A fresh, empty folder under the system temp dir, unique per test.
+// A fresh, empty folder under the system temp dir, unique per test; removed when the test binary
+// exits unless KILN_KEEP_TEST_DIRS is set (to look at the files a test wrote).
+struct TestDirs {
+  std::vector<std::string> dirs;
+  ~TestDirs() {
+    if (std::getenv("KILN_KEEP_TEST_DIRS")) return;
+    std::error_code ec;
+    for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+  }
+};
 inline std::string fresh_dir(const std::string& name) {
+  static TestDirs registry;
   auto dir = std::filesystem::temp_directory_path() /
              ("kiln_training_test_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  registry.dirs.push_back(dir.string());
   return dir.string();
 }
 

@@ -73,6 +73,7 @@ struct Stmt {
   StmtList else_body;
   std::vector<std::string> params;
   std::vector<ExprPtr> defaults;  // parallel to params; null when none
+  bool uses_loop = true;  // kFor: the body or filter names `loop` (else the loop object is skipped)
 };
 
 struct Template {

@@ -196,26 +196,28 @@ void Interpreter::exec_for(const Stmt& s) {
     Flow flow;
     try {
       assign(*s.target, items[static_cast<size_t>(i)]);
-      Frame loop = {
-          {"index", Value::integer(i + 1)},
-          {"index0", Value::integer(i)},
-          {"revindex", Value::integer(n - i)},
-          {"revindex0", Value::integer(n - i - 1)},
-          {"first", Value::boolean(i == 0)},
-          {"last", Value::boolean(i == n - 1)},
-          {"length", Value::integer(n)},
-          {"depth", Value::integer(1)},
-          {"depth0", Value::integer(0)},
-          {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)]
-                             : Value::undefined("there is no previous item")},
-          {"nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)]
-                                 : Value::undefined("there is no next item")},
-          {"cycle", Value::function("loop.cycle", [i](Interpreter&, CallArgs& a) {
-             if (a.pos.empty()) throw TemplateError("no items for cycling given");
-             return a.pos[static_cast<size_t>(i) % a.pos.size()];
-           })},
-      };
-      bind_local("loop", Value::dict(std::move(loop), budget_));
+      if (s.uses_loop) {
+        Frame loop = {
+            {"index", Value::integer(i + 1)},
+            {"index0", Value::integer(i)},
+            {"revindex", Value::integer(n - i)},
+            {"revindex0", Value::integer(n - i - 1)},
+            {"first", Value::boolean(i == 0)},
+            {"last", Value::boolean(i == n - 1)},
+            {"length", Value::integer(n)},
+            {"depth", Value::integer(1)},
+            {"depth0", Value::integer(0)},
+            {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)]
+                               : Value::undefined("there is no previous item")},
+            {"nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)]
+                                   : Value::undefined("there is no next item")},
+            {"cycle", Value::function("loop.cycle", [i](Interpreter&, CallArgs& a) {
+               if (a.pos.empty()) throw TemplateError("no items for cycling given");
+               return a.pos[static_cast<size_t>(i) % a.pos.size()];
+             })},
+        };
+        bind_local("loop", Value::dict(std::move(loop), budget_));
+      }
       flow = exec_list(s.body);
     } catch (...) {
       frames_.pop_back();

@@ -203,6 +203,7 @@ class Parser {
   StmtPtr parse_for() {
     auto s = make_stmt(StmtKind::kFor, cur().line);
     next();
+    int loop_names_before = loop_names_;
     s->target = parse_assign_target(false, {"in"});
     expect_name("in");
     s->expr = parse_tuple(false, false, {"recursive", "if"}, false);
@@ -222,6 +223,7 @@ class Parser {
     }
     expect_name("endfor");
     expect_block_end();
+    s->uses_loop = loop_names_ != loop_names_before;
     return s;
   }
 
@@ -502,6 +504,7 @@ class Parser {
       } else {
         e->kind = ExprKind::kName;
         e->name = v;
+        if (v == "loop") ++loop_names_;
       }
       next();
       return e;
@@ -745,6 +748,7 @@ class Parser {
   size_t pos_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;
+  int loop_names_ = 0;  // `loop` names parsed so far
 };
 
 }  // namespace

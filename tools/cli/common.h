@@ -2,6 +2,7 @@
 // model loading from CLI flags, and the stats object printed by --stats / --json.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>

@@ -1,0 +1,208 @@
+// kiln bench MODEL_DIR [--batch B] [--prompt-tokens P] [--new-tokens N] [--dtype ...] [--repeats R]
+// [--json]: prefill and decode speed, each against a roofline the command measures itself.
+//
+//   prefill: B rows of P random (seeded) ids into a cache of P + N slots; one warm-up run, then the
+//            median of R timed runs; tokens/s = B * P / time.
+//   decode:  after each prefill, N greedy decode steps; the median step time over all timed steps;
+//            tokens/s = B / step time.
+// Rooflines (what the hardware could do at best for this model and shape):
+//   decode  = measured read bandwidth / bytes one step must read: the backend's packed weights
+//             (every linear layer, lm_head included) + norms + the KV cache read at the average fill
+//             P + N / 2 (attention reads slots up to the current one);
+//   prefill = measured GEMM peak / FLOPs per prompt token: 2 * the decoder layers' matmul parameters
+//             + causal attention (4 * Hq * D * (P + 1) / 2 per layer) + lm_head once per row (prefill
+//             computes logits of the last position only), divided over P.
+// The bandwidth is measured before the model loads, so its 256 MiB buffer is not added to the model's
+// peak RSS (it counts only if the model itself stays below it).
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <random>
+
+#include "kiln/backends/cpu/kernels.h"
+#include "kiln/core/error.h"
+#include "kiln/core/memory.h"
+#include "kiln/core/threads.h"
+#include "tools/cli/command.h"
+#include "tools/cli/common.h"
+
+namespace {
+
+struct BenchFlags {
+  std::string model_dir;
+  int64_t batch = 1, prompt_tokens = 128, new_tokens = 64, repeats = 3;
+  uint64_t seed = 0;
+  kiln::cli::ModelFlags model;
+  bool json = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void require_positive(int64_t v, const char* name) {
+  if (v <= 0) throw kiln::Error(name, "must be positive, got " + std::to_string(v));
+}
+
+}  // namespace
+
+KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
+  auto f = std::make_shared<BenchFlags>();
+  cmd.add_option("MODEL_DIR", f->model_dir, "Model folder (config.json, model.safetensors)")
+      ->required();
+  cmd.add_option("--batch", f->batch, "Rows per call")->capture_default_str();
+  cmd.add_option("--prompt-tokens", f->prompt_tokens, "Prompt tokens per row")
+      ->capture_default_str();
+  cmd.add_option("--new-tokens", f->new_tokens, "Decode steps")->capture_default_str();
+  cmd.add_option("--repeats", f->repeats, "Timed repeats (after one warm-up)")
+      ->capture_default_str();
+  cmd.add_option("--seed", f->seed, "Seed of the random prompt ids")->capture_default_str();
+  kiln::cli::add_model_flags(cmd, f->model);
+  cmd.add_flag("--json", f->json, "Print one JSON object");
+  return [f]() -> int {
+    require_positive(f->batch, "--batch");
+    require_positive(f->prompt_tokens, "--prompt-tokens");
+    require_positive(f->new_tokens, "--new-tokens");
+    require_positive(f->repeats, "--repeats");
+    const kiln::DType dtype = kiln::parse_dtype(f->model.dtype, "--dtype");
+
+    // Rooflines first (see the header comment on peak RSS).
+    const double bandwidth = kiln::cpu::measure_memory_bandwidth();
+    const double gemm_peak = kiln::cpu::measure_gemm_peak(dtype);
+
+    auto t_load = std::chrono::steady_clock::now();
+    auto model = kiln::cli::load_model(f->model_dir, f->model);
+    const double load_s = seconds_since(t_load);
+    const auto& c = model->config();
+    const int64_t B = f->batch, P = f->prompt_tokens, N = f->new_tokens, L = P + N;
+    if (L > c.max_position_embeddings)
+      throw kiln::Error("--prompt-tokens", "prompt + new tokens (" + std::to_string(L) +
+                                               ") exceed max_position_embeddings (" +
+                                               std::to_string(c.max_position_embeddings) + ")");
+
+    // Compile both graphs up front: their compile time, and packed weights for the roofline.
+    model->warmup("prefill", B, P, L);
+    model->warmup("decode", B, 1, L);
+
+    std::mt19937_64 rng(f->seed);
+    std::uniform_int_distribution<int32_t> pick(0, int32_t(c.vocab_size - 1));
+    kiln::Tensor ids = kiln::Tensor::empty({B, P}, kiln::DType::i32);
+    kiln::Tensor pos = kiln::Tensor::empty({B, P}, kiln::DType::i32);
+    for (int64_t i = 0; i < B * P; ++i) {
+      ids.data<int32_t>()[i] = pick(rng);
+      pos.data<int32_t>()[i] = int32_t(i % P);
+    }
+    kiln::Tensor step_ids = kiln::Tensor::empty({B, 1}, kiln::DType::i32);
+    kiln::Tensor step_pos = kiln::Tensor::empty({B, 1}, kiln::DType::i32);
+    kiln::Tensor kv_mask = kiln::Tensor::zeros({B, L}, kiln::DType::i32);
+    kiln::models::KVCache cache = model->make_cache(B, L);
+    const int64_t V = c.vocab_size;
+
+    std::vector<double> prefill_s, step_s;
+    for (int64_t rep = 0; rep <= f->repeats; ++rep) {  // rep 0 is the warm-up
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < L; ++s) kv_mask.data<int32_t>()[b * L + s] = s < P ? 1 : 0;
+      auto t0 = std::chrono::steady_clock::now();
+      kiln::Tensor logits = model->forward("prefill", ids, pos, kv_mask, cache, 0);
+      if (rep > 0) prefill_s.push_back(seconds_since(t0));
+      for (int64_t step = 0; step < N; ++step) {
+        for (int64_t b = 0; b < B; ++b) {  // greedy, so the ids are what generation would feed
+          const float* row = logits.data<float>() + b * V;
+          step_ids.data<int32_t>()[b] = int32_t(std::max_element(row, row + V) - row);
+          step_pos.data<int32_t>()[b] = int32_t(P + step);
+          kv_mask.data<int32_t>()[b * L + P + step] = 1;
+        }
+        t0 = std::chrono::steady_clock::now();
+        logits = model->forward("decode", step_ids, step_pos, kv_mask, cache, P + step);
+        if (rep > 0) step_s.push_back(seconds_since(t0));
+      }
+    }
+    const double prefill_tps = double(B * P) / median(prefill_s);
+    const double decode_tps = double(B) / median(step_s);
+
+    // Work per token.
+    const double act = double(kiln::dtype_size(model->dtype()));
+    const double H = double(c.hidden_size), D = double(c.head_dim);
+    const double Hq = double(c.num_attention_heads), Hkv = double(c.num_key_value_heads);
+    const double layers = double(c.num_hidden_layers);
+    const double layer_matmul_params =
+        H * double(c.q_dim() + 2 * c.kv_dim()) + double(c.q_dim()) * H +
+        3.0 * H * double(c.intermediate_size);
+    const double lm_head_params = double(c.vocab_size) * H;
+    const double norm_bytes = (layers * (2 * H + (c.qk_norm ? 2 * D : 0)) + H) * act;
+    const double kv_fill = double(P) + double(N) / 2;
+    const double kv_read_per_row = layers * 2 * kv_fill * Hkv * D * act;
+    const double decode_step_bytes =
+        double(model->packed_bytes()) + norm_bytes + double(B) * kv_read_per_row;
+    const double decode_roofline = double(B) * bandwidth / decode_step_bytes;
+    const double attn_flops = layers * 4 * Hq * D * double(P + 1) / 2;
+    const double prefill_flops_per_token =
+        2 * layers * layer_matmul_params + attn_flops + 2 * lm_head_params / double(P);
+    const double prefill_roofline = gemm_peak / prefill_flops_per_token;
+
+    const double param_count = double(model->weight_bytes()) / act;
+    const double bf16_weight_bytes = param_count * 2;
+    const size_t kv_bytes = cache.bytes();
+    const size_t rss = kiln::peak_rss_bytes();
+    auto stats = model->compile_cache().stats();
+    auto compile_ms = [&](const char* fn) {
+      auto it = stats.find(fn);
+      return it == stats.end() ? 0.0 : it->second.compile_ms;
+    };
+
+    nlohmann::json j = {
+        {"model_dir", f->model_dir},
+        {"batch", B},
+        {"prompt_tokens", P},
+        {"new_tokens", N},
+        {"repeats", f->repeats},
+        {"dtype", std::string(kiln::dtype_name(model->dtype()))},
+        {"threads", kiln::num_threads()},
+        {"prefill_tokens_per_s", prefill_tps},
+        {"prefill_roofline_tokens_per_s", prefill_roofline},
+        {"prefill_roofline_fraction", prefill_tps / prefill_roofline},
+        {"decode_tokens_per_s", decode_tps},
+        {"decode_roofline_tokens_per_s", decode_roofline},
+        {"decode_roofline_fraction", decode_tps / decode_roofline},
+        {"decode_step_ms_median", median(step_s) * 1e3},
+        {"prefill_ms_median", median(prefill_s) * 1e3},
+        {"memory_bandwidth_gbs", bandwidth / 1e9},
+        {"gemm_peak_gflops", gemm_peak / 1e9},
+        {"decode_bytes_per_token", decode_step_bytes / double(B)},
+        {"prefill_flops_per_token", prefill_flops_per_token},
+        {"compile_ms", {{"prefill", compile_ms("prefill")}, {"decode", compile_ms("decode")}}},
+        {"load_ms", load_s * 1e3},
+        {"peak_rss_bytes", rss},
+        {"weight_bytes", model->weight_bytes()},
+        {"packed_weight_bytes", model->packed_bytes()},
+        {"kv_cache_bytes", kv_bytes},
+        {"rss_ratio_to_bf16_weights_plus_kv", double(rss) / (bf16_weight_bytes + double(kv_bytes))},
+    };
+    if (f->json) {
+      std::cout << j.dump() << "\n";
+      return 0;
+    }
+    std::cout.precision(4);
+    std::cout << "model " << f->model_dir << ", " << j["dtype"].get<std::string>() << ", batch " << B
+              << ", prompt " << P << ", new " << N << ", " << kiln::num_threads() << " threads\n"
+              << "prefill: " << prefill_tps << " tokens/s (" << 100 * prefill_tps / prefill_roofline
+              << "% of " << prefill_roofline << " = " << gemm_peak / 1e9 << " GFLOP/s / "
+              << prefill_flops_per_token / 1e9 << " GFLOP per token)\n"
+              << "decode:  " << decode_tps << " tokens/s (" << 100 * decode_tps / decode_roofline
+              << "% of " << decode_roofline << " = " << bandwidth / 1e9 << " GB/s / "
+              << decode_step_bytes / 1e6 << " MB per step)\n"
+              << "compile: prefill " << compile_ms("prefill") << " ms, decode "
+              << compile_ms("decode") << " ms\n"
+              << "peak RSS: " << double(rss) / 1e6 << " MB ("
+              << double(rss) / (bf16_weight_bytes + double(kv_bytes))
+              << "x bf16 weights + KV cache of " << (bf16_weight_bytes + double(kv_bytes)) / 1e6
+              << " MB)\n";
+    return 0;
+  };
+}

@@ -1,0 +1,72 @@
+// `kiln train` end to end on the golden batch: the losses and gradient norms Transformers' Trainer
+// logs (../shared/testdata/models/tiny.golden.jsonl, row train/f32) come out of trainer_state.json,
+// one train graph is compiled, and the final model folder loads back.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kiln/models/causal_lm.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string run(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *status = pclose(p);
+  return out;
+}
+
+TEST(TrainCli, GoldenBatchThroughKilnTrain) {
+  nlohmann::json row;
+  std::ifstream in(std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "train" && j["mode"] == "f32") row = j;
+  }
+  ASSERT_FALSE(row.is_null());
+  const fs::path dir = fs::temp_directory_path() / ("kiln_train_cli_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream data(dir / "train.jsonl");
+    for (const auto& t : row["texts"]) data << nlohmann::json{{"text", t}}.dump() << "\n";
+  }
+  const std::string out_dir = (dir / "out").string();
+  int status = 0;
+  std::string log = run(std::string(KILN_BINARY_DIR) + "/tools/cli/kiln train --model " +
+                            KILN_SHARED_DIR + "/testdata/models/tiny --data " +
+                            (dir / "train.jsonl").string() + " --output-dir " + out_dir +
+                            " --max-length 32 --per-device-train-batch-size 4 --learning-rate 1e-3"
+                            " --max-steps 3 --logging-steps 1 --save-steps 3 --weight-decay 0",
+                        &status);
+  ASSERT_EQ(status, 0) << log;
+  auto state = nlohmann::json::parse(std::ifstream(out_dir + "/checkpoint-3/trainer_state.json"));
+  const auto& history = state["log_history"];
+  for (int i = 0; i < 3; ++i) {
+    const auto& want = row["steps"][size_t(i)];
+    const auto& got = history[size_t(i)];
+    EXPECT_NEAR(got["loss"].get<double>(), want["loss"].get<double>(),
+                1e-4 * want["loss"].get<double>());
+    EXPECT_NEAR(got["grad_norm"].get<double>(), want["grad_norm"].get<double>(),
+                1e-4 * want["grad_norm"].get<double>());
+    EXPECT_NEAR(got["learning_rate"].get<double>(), want["lr"].get<double>(), 1e-12);
+  }
+  EXPECT_NE(log.find("\"train\":{\"compile_ms\""), std::string::npos) << log;
+  // The final model loads in kiln and holds the trained weights.
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(out_dir, {.dtype = kiln::DType::f32});
+  double sum = 0;
+  for (float v : m->weight("model.embed_tokens.weight").to_f32_vector()) sum += v;
+  EXPECT_NEAR(sum, row["param_stats_after_step3"]["model.embed_tokens.weight"]["sum"].get<double>(),
+              1e-3);
+  fs::remove_all(dir);
+}
+
+}  // namespace

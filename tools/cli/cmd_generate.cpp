@@ -5,6 +5,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/memory.h"
 #include "kiln/generation/generate.h"
+#include "kiln/tokenizer/decode_stream.h"
 #include "tools/cli/command.h"
 #include "tools/cli/common.h"
 
@@ -119,20 +120,12 @@ KILN_COMMAND(generate, "Generate text from a prompt") {
     kiln::generation::GenerateOptions opts;
     if (tok) opts.decode = [tok](std::span<const int32_t> ids) { return tok->decode(ids); };
     // Plain single-prompt output streams as tokens arrive, holding back incomplete UTF-8.
-    std::vector<int32_t> streamed;
-    size_t printed = 0;
     const bool stream = !f->json && rows.size() == 1 && tok;
+    std::unique_ptr<kiln::tokenizer::DecodeStream> streamer;
     if (stream) {
-      opts.on_token = [&](int64_t, int32_t id) {
-        streamed.push_back(id);
-        std::string text = tok->decode(streamed, {.skip_special_tokens = true});
-        const std::string replacement = "\xEF\xBF\xBD";
-        if (text.size() >= 3 && text.compare(text.size() - 3, 3, replacement) == 0) return;
-        if (text.size() > printed) {
-          std::cout << text.substr(printed) << std::flush;
-          printed = text.size();
-        }
-      };
+      streamer = std::make_unique<kiln::tokenizer::DecodeStream>(
+          tok, kiln::tokenizer::DecodeOptions{.skip_special_tokens = true});
+      opts.on_token = [&](int64_t, int32_t id) { std::cout << streamer->step(id) << std::flush; };
     }
     std::vector<std::vector<int32_t>> prompts;
     for (const auto& r : rows) prompts.push_back(r.prompt_ids);
@@ -160,9 +153,7 @@ KILN_COMMAND(generate, "Generate text from a prompt") {
       return 0;
     }
     if (stream) {
-      std::string text = tok->decode(out.new_tokens[0], {.skip_special_tokens = true});
-      if (text.size() > printed) std::cout << text.substr(printed);
-      std::cout << "\n";
+      std::cout << streamer->flush() << "\n";
     } else {
       for (size_t i = 0; i < rows.size(); ++i) {
         if (tok)

@@ -58,8 +58,14 @@ class TempDir {
 
 std::string quote(const std::string& s) {
   std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
+  for (char c : s) {
+    if (c == '\'')
+      q.append("'\\''");
+    else
+      q.push_back(c);
+  }
+  q.push_back('\'');
+  return q;
 }
 
 // Runs `kiln ARGS` with stdout captured through popen and stderr through a file.
@@ -93,7 +99,10 @@ std::vector<nlohmann::json> prompt_rows() {
 
 std::string ids_arg(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s.push_back(',');
+    s.append(std::to_string(ids[i]));
+  }
   return s;
 }
 

@@ -12,9 +12,9 @@
 // Weights: linear and embedding weights ~ normal(0, 0.02) (Transformers' initializer_range); norm
 // weights 1 + normal(0, 0.1), near but not equal to 1, so a test can tell a missing norm weight.
 // The numbers come from a counter-based generator: tensor t's chunk c of 65,536 values is drawn
-// from splitmix64 seeded by (seed, t, c), normals by Box-Muller. The output therefore depends only
-// on (preset, seed, dtype), never on the thread count, and chunks fill in parallel with
-// kiln::parallel_for. Values are generated straight into the output dtype, so memory peaks at one
+// from splitmix64 seeded by (seed, t, c), normals by Box-Muller (own vectorisable log, sqrt and
+// sin/cos, accurate to ~1e-7). The output therefore depends on (preset, seed, dtype) and never on
+// the thread count, and chunks fill in parallel with kiln::parallel_for. Values are generated straight into the output dtype, so memory peaks at one
 // copy of the weights.
 //
 // Presets (all Qwen3, vocab 151,936, max_position_embeddings 40,960, rope_theta 1e6, eps 1e-6,

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
 #include "kiln/models/create_model.h"
 #include "tools/cli/command.h"
 
@@ -43,8 +44,14 @@ kiln::cli::CommandRun setup_create_model(CLI::App& cmd) {
   return [args] {
     const kiln::DType dtype = kiln::parse_dtype(args->dtype, "--dtype");
     const auto t0 = std::chrono::steady_clock::now();
-    auto made = kiln::models::create_model(args->out_dir, args->preset, args->seed, dtype,
-                                           args->tokenizer);
+    kiln::models::CreatedModel made;
+    try {
+      made = kiln::models::create_model(args->out_dir, args->preset, args->seed, dtype,
+                                        args->tokenizer);
+    } catch (const kiln::Error& e) {
+      if (e.where() != "preset") throw;
+      throw kiln::Error("--preset", std::string(e.what()).substr(e.where().size() + 3));
+    }
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& c = made.config;

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
-#include <regex>
+#include <string_view>
 
 #include "kiln/core/error.h"
 #include "kiln/core/threads.h"
@@ -17,11 +17,23 @@ constexpr int64_t kChunk = 1 << 14;  // elements per parallel work item
 }
 
 bool applies_weight_decay(const std::string& name) {
-  static const std::regex forbidden(R"(bias|layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.))");
+  // Transformers' patterns bias | layernorm | rmsnorm | (^|\.)norm($|\.) | _norm($|\.) on the
+  // lower-cased name, spelled out over the dot-separated components (no std::regex needed).
   std::string lower = name;
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return char(std::tolower(c)); });
-  return !std::regex_search(lower, forbidden);
+  for (const char* s : {"bias", "layernorm", "rmsnorm"})
+    if (lower.find(s) != std::string::npos) return false;
+  size_t begin = 0;
+  while (begin <= lower.size()) {
+    size_t end = lower.find('.', begin);
+    if (end == std::string::npos) end = lower.size();
+    std::string_view part(lower.data() + begin, end - begin);
+    if (part == "norm" || (part.size() >= 5 && part.substr(part.size() - 5) == "_norm"))
+      return false;
+    begin = end + 1;
+  }
+  return true;
 }
 
 AdamW::AdamW(const std::vector<Parameter>& params, AdamWOptions options) : opt_(options) {

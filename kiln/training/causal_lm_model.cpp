@@ -164,7 +164,8 @@ LossSum CausalLMTrainable::run(const std::string& function, const TrainBatch& ba
 void CausalLMTrainable::save_pretrained(const std::string& dir) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
-  const DType saved = config_.torch_dtype == DType::f32 ? DType::f32 : config_.torch_dtype;
+  // The f32 master weights, so a resumed run continues exactly (a bf16 save would round them).
+  const DType saved = DType::f32;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& p : params_)
     tensors.emplace_back(p.name, saved == DType::f32 ? p.value : p.value.to(saved));

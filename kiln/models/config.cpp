@@ -19,7 +19,7 @@ const std::set<std::string> kRead = {
     "bos_token_id",        "eos_token_id",        "pad_token_id",
     "torch_dtype",         "dtype",               "hidden_act",
     "use_sliding_window",  "sliding_window",      "mlp_bias",
-    "quantization_config", "layer_types"};
+    "quantization_config", "layer_types", "rope_parameters"};
 
 // Fields that do not change inference (training knobs, bookkeeping, sliding window settings that
 // are inactive unless use_sliding_window is true).
@@ -29,7 +29,7 @@ const std::set<std::string> kIgnored = {
     "output_hidden_states", "return_dict",    "torchscript",       "id2label",
     "label2id",          "is_decoder",        "is_encoder_decoder", "tokenizer_class",
     "_attn_implementation_autoset", "num_experts_per_tok", "bos_token", "eos_token",
-    "decoder_sparse_step", "rope_parameters"};
+    "decoder_sparse_step"};
 
 int64_t positive(const io::Json& j, const std::string& field, const std::string& where) {
   int64_t v = io::get_int(j, field, where);
@@ -114,15 +114,26 @@ ModelConfig ModelConfig::from_json(const io::Json& j, const std::string& where) 
   c.rms_norm_eps = io::get_double_or(j, "rms_norm_eps", 1e-6, where);
   c.rope_theta = io::get_double_or(j, "rope_theta", 10000.0, where);
   if (!(c.rope_theta > 0)) throw Error(where + ": rope_theta", "must be positive");
-  c.tie_word_embeddings = io::get_bool_or(j, "tie_word_embeddings", c.model_type != "llama", where);
+  // Transformers' Qwen3Config, Qwen2Config and LlamaConfig all default to untied.
+  c.tie_word_embeddings = io::get_bool_or(j, "tie_word_embeddings", false, where);
   c.qk_norm = c.model_type == "qwen3";
   bool attention_bias = io::get_bool_or(j, "attention_bias", false, where);
   c.qkv_bias = c.model_type == "qwen2" || attention_bias;
   c.o_bias = c.model_type != "qwen2" && attention_bias;
 
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    const auto& rs = j["rope_scaling"];
-    const std::string w = where + ": rope_scaling";
+  // Newer Transformers write rope settings as `rope_parameters` (rope_theta and rope_type inside).
+  const bool new_style = j.contains("rope_parameters") && !j["rope_parameters"].is_null();
+  if (new_style) {
+    if (!j["rope_parameters"].is_object())
+      throw Error(where + ": rope_parameters", "expected an object");
+    c.rope_theta = io::get_double_or(j["rope_parameters"], "rope_theta", c.rope_theta,
+                                     where + ": rope_parameters");
+    if (!(c.rope_theta > 0)) throw Error(where + ": rope_parameters.rope_theta", "must be positive");
+  }
+  const char* rope_field = new_style ? "rope_parameters" : "rope_scaling";
+  if (j.contains(rope_field) && !j[rope_field].is_null()) {
+    const auto& rs = j[rope_field];
+    const std::string w = where + ": " + rope_field;
     if (!rs.is_object()) throw Error(w, "expected an object or null");
     std::string type = rs.contains("rope_type") ? io::get_string(rs, "rope_type", w)
                                                 : io::get_string_or(rs, "type", "default", w);

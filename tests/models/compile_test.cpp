@@ -99,6 +99,15 @@ TEST(Compile, MissingOrMisshapenTensorsAndBadConfigsNameTheCulprit) {
   bad = j;
   bad["flash_mode"] = true;
   EXPECT_NE(err(bad).find("flash_mode"), std::string::npos);
+  // Newer Transformers keep rope settings in rope_parameters; untied unless the file says so.
+  auto modern = j;
+  modern.erase("rope_theta");
+  modern.erase("tie_word_embeddings");
+  modern["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 5000.0}};
+  auto mc = kiln::models::ModelConfig::from_json(modern, "config.json");
+  EXPECT_EQ(mc.rope_theta, 5000.0);
+  EXPECT_EQ(mc.rope_scaling.rope_type, "linear");
+  EXPECT_FALSE(mc.tie_word_embeddings);
   // A checkpoint whose tensors disagree with config.json.
   auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::f32});
   EXPECT_THROW(kiln::AutoModelForCausalLM::from_pretrained("/nonexistent/model"), kiln::Error);

@@ -41,5 +41,11 @@ if [ -z "$MODEL" ]; then
   echo "== NOTE: $MODEL has RANDOM weights (no trained model ships yet), so the text below is"
   echo "==       gibberish; it shows the pipeline working end to end, not a language model."
 fi
-echo "== kiln generate $MODEL \"Once upon a time\" --max-new-tokens 32 --stats"
-./build/tools/cli/kiln generate "$MODEL" "Once upon a time" --max-new-tokens 32 --stats
+PROMPT="Once upon a time"
+if [ "$MODEL" = models/demo ]; then
+  PROMPT="In the beginning"
+  echo "== models/demo: a 2-layer Qwen3 trained by kiln for 8 minutes on the King James Bible"
+  echo "==              (scripts/train_demo.sh; expect KJV-flavoured word salad, see its README)"
+fi
+echo "== kiln generate $MODEL \"$PROMPT\" --max-new-tokens 32 --stats"
+./build/tools/cli/kiln generate "$MODEL" "$PROMPT" --max-new-tokens 32 --stats

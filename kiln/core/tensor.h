@@ -28,6 +28,9 @@ class Storage {
   virtual void* data() = 0;
   virtual size_t bytes() const = 0;
   virtual bool writable() const { return true; }
+  // Hint that [offset, offset + bytes) will not be read soon: a file mapping drops those pages from
+  // memory (they are read back from the file if touched again). Other storages ignore it.
+  virtual void release_pages(size_t /*offset*/, size_t /*bytes*/) {}
   Device device() const { return device_; }
 
  protected:

@@ -1,5 +1,6 @@
 #include "kiln/graph/compile_cache.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -46,9 +47,21 @@ std::shared_ptr<Executable> CompileCache::get_or_compile(
     }
     if (strict_ && !planned_.count(k)) {
       std::string why = "no shapes were planned for it (run warmup first)";
-      for (const auto& [pk, p] : planned_)
-        if (p.function == key.function)
+      // Compare with the planned key of this function that differs in the fewest dimensions.
+      int best = -1;
+      for (const auto& [pk, p] : planned_) {
+        if (p.function != key.function) continue;
+        int diff = 0;
+        for (const auto& [name, shape] : key.shapes)
+          for (const auto& [pname, pshape] : p.shapes)
+            if (name == pname)
+              for (size_t d = 0; d < std::max(shape.size(), pshape.size()); ++d)
+                diff += d >= shape.size() || d >= pshape.size() || shape[d] != pshape[d];
+        if (best < 0 || diff < best) {
+          best = diff;
           why = "it differs from the planned " + pk + " in " + changed_dimension(key, p);
+        }
+      }
       throw Error("strict compile",
                   "function '" + key.function + "' would compile a new shape " + k + ": " + why +
                       ". Pad inputs to a planned bucket or plan this shape with `kiln warmup`.");

@@ -27,6 +27,11 @@ class MmapStorage final : public Storage {
   void* data() override { return ptr_; }
   size_t bytes() const override { return bytes_; }
   bool writable() const override { return false; }
+  void release_pages(size_t offset, size_t bytes) override {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t begin = (offset + page - 1) / page * page, end = (offset + bytes) / page * page;
+    if (end > begin && end <= bytes_) madvise(static_cast<char*>(ptr_) + begin, end - begin, MADV_DONTNEED);
+  }
 
  private:
   void* ptr_;

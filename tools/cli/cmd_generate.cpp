@@ -153,7 +153,7 @@ KILN_COMMAND(generate, "Generate text from a prompt") {
       return 0;
     }
     if (stream) {
-      std::cout << streamer->flush() << "\n";
+      std::cout << streamer->flush() << "\n" << std::flush;
     } else {
       for (size_t i = 0; i < rows.size(); ++i) {
         if (tok)

@@ -25,6 +25,9 @@ std::shared_ptr<void> prepare_linear(const Node& n, graph::WeightStore& weights)
     auto packed = ws.size() == 1 ? PackedLinear::pack(ws[0], compute)
                                  : PackedLinear::pack_concat(ws, compute);
     weights.add_prepared_bytes(packed->bytes());
+    // The packed copy is what runs from now on; let a memory-mapped source leave RSS (the weights
+    // are not resident twice; touched pages come back from the file if a later pack needs them).
+    for (const Tensor& w : ws) w.storage()->release_pages(w.offset(), w.nbytes());
     return packed;
   });
 }

@@ -27,11 +27,12 @@ inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 // L2 for the next block while a re-read pass runs from L2).
 template <bool kNext>
 inline void prefetch_pair(const uint16_t* pf) {
-  constexpr _mm_hint hint = kNext ? _MM_HINT_T1 : _MM_HINT_T0;
-  _mm_prefetch(reinterpret_cast<const char*>(pf), hint);
-  _mm_prefetch(reinterpret_cast<const char*>(pf + 32), hint);
-  _mm_prefetch(reinterpret_cast<const char*>(pf + 64), hint);
-  _mm_prefetch(reinterpret_cast<const char*>(pf + 96), hint);
+  // The hint must be a literal constant for clang's _mm_prefetch, hence two spelled-out branches.
+  if constexpr (kNext) {
+    for (int i = 0; i < 4; ++i) _mm_prefetch(reinterpret_cast<const char*>(pf + 32 * i), _MM_HINT_T1);
+  } else {
+    for (int i = 0; i < 4; ++i) _mm_prefetch(reinterpret_cast<const char*>(pf + 32 * i), _MM_HINT_T0);
+  }
 }
 
 // pf: the stream to prefetch alongside (pf + p * 128 for k pair p).

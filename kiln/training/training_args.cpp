@@ -332,13 +332,16 @@ TrainingArguments TrainingArgumentsCli::resolve() const {
     if (!j.is_object()) throw Error(state_->config, "training arguments must be a JSON object");
   }
   TrainingArguments a = TrainingArguments::from_json(j, where);
-  for (const auto& [name, raw] : state_->values) {
+  // (Structured bindings are copied into named locals: C++20 lambdas may not capture them on clang.)
+  for (const auto& entry : state_->values) {
+    const std::string& name = entry.first;
     const Field& f = *std::find_if(fields().begin(), fields().end(),
                                    [&](const Field& x) { return name == x.name; });
-    set_from_json(a, f, cli_value_to_json(f, raw), "command line");
+    set_from_json(a, f, cli_value_to_json(f, entry.second), "command line");
   }
-  for (const auto& [name, opt] : state_->flag_options) {
-    if (opt->count() == 0) continue;
+  for (const auto& entry : state_->flag_options) {
+    const std::string& name = entry.first;
+    if (entry.second->count() == 0) continue;
     const Field& f = *std::find_if(fields().begin(), fields().end(),
                                    [&](const Field& x) { return name == x.name; });
     set_from_json(a, f, io::Json(state_->flags.at(name)), "command line");

@@ -21,6 +21,8 @@ Json parse_json(const std::string& text, const std::string& where) {
     }
     throw Error(where, "invalid JSON at line " + std::to_string(line) + ", column " +
                            std::to_string(col) + ": " + e.what());
+  } catch (const Json::exception& e) {  // e.g. a number too large for any JSON number type
+    throw Error(where, std::string("invalid JSON: ") + e.what());
   }
 }
 

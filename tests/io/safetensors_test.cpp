@@ -10,6 +10,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/io/atomic_file.h"
+#include "kiln/io/json.h"
 
 namespace {
 
@@ -138,4 +139,15 @@ TEST(AtomicWrite, FailedWriteKeepsTheOldFile) {
     EXPECT_EQ(e.path().filename(), "f.json") << "temporary file left behind";
 }
 
+}  // namespace
+
+namespace {
+TEST(Json, NumberOverflowIsAnErrorNamingTheFile) {
+  try {
+    kiln::io::parse_json("{\"x\": 1" + std::string(400, '7') + "e0000642}", "config.json");
+    FAIL() << "expected an error";
+  } catch (const kiln::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+  }
+}
 }  // namespace

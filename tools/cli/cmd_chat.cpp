@@ -14,11 +14,8 @@ namespace {
 
 struct ChatFlags {
   std::string model_dir, prompt, system;
-  int64_t max_new_tokens = 512;
-  bool do_sample = false, no_thinking = false, stats = false;
-  std::optional<double> temperature, top_p;
-  std::optional<int64_t> top_k;
-  std::optional<uint64_t> seed;
+  kiln::cli::SamplingFlags sampling{.max_new_tokens = 512};
+  bool no_thinking = false, stats = false;
   kiln::cli::ModelFlags model;
 };
 
@@ -30,12 +27,7 @@ KILN_COMMAND(chat, "Chat with a model in the terminal (/reset, /exit)") {
       ->required();
   cmd.add_option("--prompt", f->prompt, "Answer this one message and exit");
   cmd.add_option("--system", f->system, "System message");
-  cmd.add_option("--max-new-tokens", f->max_new_tokens)->capture_default_str();
-  cmd.add_flag("--do-sample", f->do_sample, "Sample instead of greedy decoding");
-  cmd.add_option("--temperature", f->temperature);
-  cmd.add_option("--top-k", f->top_k);
-  cmd.add_option("--top-p", f->top_p);
-  cmd.add_option("--seed", f->seed);
+  kiln::cli::add_sampling_flags(cmd, f->sampling);
   cmd.add_flag("--no-thinking", f->no_thinking, "Pass enable_thinking=false to the template");
   cmd.add_flag("--stats", f->stats, "Print speed after each answer");
   kiln::cli::add_model_flags(cmd, f->model);
@@ -44,13 +36,7 @@ KILN_COMMAND(chat, "Chat with a model in the terminal (/reset, /exit)") {
     auto tok = kiln::cli::load_tokenizer_if_present(f->model_dir);
     if (!tok) throw kiln::Error(f->model_dir, "kiln chat needs tokenizer.json in the model folder");
     auto chat_cfg = kiln::tokenizer::load_chat_template_config(f->model_dir);
-    auto cfg = kiln::GenerationConfig::from_pretrained(f->model_dir, model->config());
-    cfg.max_new_tokens = f->max_new_tokens;
-    cfg.do_sample = f->do_sample;
-    if (f->temperature) cfg.temperature = *f->temperature;
-    if (f->top_k) cfg.top_k = *f->top_k;
-    if (f->top_p) cfg.top_p = *f->top_p;
-    if (f->seed) cfg.seed = *f->seed;
+    auto cfg = kiln::cli::generation_config_from_flags(f->model_dir, *model, f->sampling);
     kiln::tokenizer::ChatTemplateOptions opts;
     opts.add_generation_prompt = true;
     opts.extra_kwargs = nlohmann::ordered_json::object();

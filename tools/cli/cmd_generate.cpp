@@ -13,11 +13,7 @@ namespace {
 
 struct GenerateFlags {
   std::string model_dir, prompt, prompt_ids, prompts_file;
-  int64_t max_new_tokens = 20;
-  bool do_sample = false;
-  std::optional<double> temperature, top_p, min_p, repetition_penalty;
-  std::optional<int64_t> top_k;
-  std::optional<uint64_t> seed;
+  kiln::cli::SamplingFlags sampling;
   std::vector<std::string> stop;
   kiln::cli::ModelFlags model;
   bool stats = false, json = false;
@@ -87,14 +83,7 @@ KILN_COMMAND(generate, "Generate text from a prompt") {
   cmd.add_option("--prompt-ids", f->prompt_ids, "Prompt as token ids: 1,2,3");
   cmd.add_option("--prompts-file", f->prompts_file,
                  "JSON lines with \"prompt\" or \"prompt_ids\", generated as one batch");
-  cmd.add_option("--max-new-tokens", f->max_new_tokens, "Tokens to generate")->capture_default_str();
-  cmd.add_flag("--do-sample", f->do_sample, "Sample instead of greedy decoding");
-  cmd.add_option("--temperature", f->temperature);
-  cmd.add_option("--top-k", f->top_k);
-  cmd.add_option("--top-p", f->top_p);
-  cmd.add_option("--min-p", f->min_p);
-  cmd.add_option("--repetition-penalty", f->repetition_penalty);
-  cmd.add_option("--seed", f->seed, "Seed for sampling (same seed, same output)");
+  kiln::cli::add_sampling_flags(cmd, f->sampling);
   cmd.add_option("--stop", f->stop, "Stop string (repeatable)");
   kiln::cli::add_model_flags(cmd, f->model);
   cmd.add_flag("--stats", f->stats, "Print speed and compile counters");
@@ -104,15 +93,7 @@ KILN_COMMAND(generate, "Generate text from a prompt") {
     auto tok = kiln::cli::load_tokenizer_if_present(f->model_dir);
     auto rows = read_rows(*f, tok.get());
 
-    auto cfg = kiln::GenerationConfig::from_pretrained(f->model_dir, model->config());
-    cfg.max_new_tokens = f->max_new_tokens;
-    cfg.do_sample = f->do_sample;
-    if (f->temperature) cfg.temperature = *f->temperature;
-    if (f->top_k) cfg.top_k = *f->top_k;
-    if (f->top_p) cfg.top_p = *f->top_p;
-    if (f->min_p) cfg.min_p = *f->min_p;
-    if (f->repetition_penalty) cfg.repetition_penalty = *f->repetition_penalty;
-    if (f->seed) cfg.seed = *f->seed;
+    auto cfg = kiln::cli::generation_config_from_flags(f->model_dir, *model, f->sampling);
     cfg.stop_strings = f->stop;
     if (!cfg.stop_strings.empty() && !tok)
       throw kiln::Error("--stop", "stop strings need a tokenizer.json in " + f->model_dir);

@@ -45,6 +45,33 @@ std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const Model
   return models::CausalLM::from_pretrained(dir, o);
 }
 
+void add_sampling_flags(CLI::App& cmd, SamplingFlags& flags) {
+  cmd.add_option("--max-new-tokens", flags.max_new_tokens, "Tokens to generate")
+      ->capture_default_str();
+  cmd.add_flag("--do-sample", flags.do_sample, "Sample instead of greedy decoding");
+  cmd.add_option("--temperature", flags.temperature);
+  cmd.add_option("--top-k", flags.top_k);
+  cmd.add_option("--top-p", flags.top_p);
+  cmd.add_option("--min-p", flags.min_p);
+  cmd.add_option("--repetition-penalty", flags.repetition_penalty);
+  cmd.add_option("--seed", flags.seed, "Seed for sampling (same seed, same output)");
+}
+
+GenerationConfig generation_config_from_flags(const std::string& model_dir,
+                                              const models::CausalLM& model,
+                                              const SamplingFlags& flags) {
+  auto cfg = GenerationConfig::from_pretrained(model_dir, model.config());
+  cfg.max_new_tokens = flags.max_new_tokens;
+  cfg.do_sample = flags.do_sample;
+  if (flags.temperature) cfg.temperature = *flags.temperature;
+  if (flags.top_k) cfg.top_k = *flags.top_k;
+  if (flags.top_p) cfg.top_p = *flags.top_p;
+  if (flags.min_p) cfg.min_p = *flags.min_p;
+  if (flags.repetition_penalty) cfg.repetition_penalty = *flags.repetition_penalty;
+  if (flags.seed) cfg.seed = *flags.seed;
+  return cfg;
+}
+
 std::shared_ptr<tokenizer::Tokenizer> load_tokenizer_if_present(const std::string& dir) {
   if (!std::filesystem::exists(dir + "/tokenizer.json")) return nullptr;
   return tokenizer::Tokenizer::from_pretrained(dir);

@@ -4,10 +4,12 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "kiln/generation/generation_config.h"
 #include "kiln/models/causal_lm.h"
 #include "kiln/tokenizer/tokenizer.h"
 
@@ -23,6 +25,20 @@ struct ModelFlags {
 };
 void add_model_flags(CLI::App& cmd, ModelFlags& flags);
 std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const ModelFlags& flags);
+
+// Generation flags shared by `generate` and `chat`: greedy unless --do-sample.
+struct SamplingFlags {
+  int64_t max_new_tokens = 20;
+  bool do_sample = false;
+  std::optional<double> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int64_t> top_k;
+  std::optional<uint64_t> seed;
+};
+void add_sampling_flags(CLI::App& cmd, SamplingFlags& flags);
+// The model folder's generation_config.json with the flags applied over it.
+GenerationConfig generation_config_from_flags(const std::string& model_dir,
+                                              const models::CausalLM& model,
+                                              const SamplingFlags& flags);
 
 // The folder's tokenizer, or null when it has no tokenizer.json.
 std::shared_ptr<tokenizer::Tokenizer> load_tokenizer_if_present(const std::string& dir);

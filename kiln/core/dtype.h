@@ -29,9 +29,10 @@ inline float bf16_to_f32(bf16_t v) {
 inline bf16_t f32_to_bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return bf16_t((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return bf16_t(bits >> 16);
+  // Branch-free (a select), so loops over it vectorise.
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x40;
+  return bf16_t((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 float f16_to_f32(f16_t v);

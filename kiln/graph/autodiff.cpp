@@ -51,10 +51,18 @@ Graph append_backward(Graph forward, Value loss, const std::map<Value, Value>& g
         break;
       case Op::MatMul: {
         const Value x = n.inputs[0], w = n.inputs[1];
+        // A bf16 matmul's gradients are bf16 GEMMs too, as under autocast: dy is rounded to bf16
+        // once (accumulation and the results stay f32), rather than widening x and w to f32 for
+        // two f32 GEMMs at half the speed (the lm_head's are most of a small model's step).
+        const bool bf16_mm = b.node(w).dtype == DType::bf16 && b.node(x).dtype == DType::bf16;
+        const Value dy_mm = bf16_mm && b.node(dy).dtype == DType::f32
+                                ? b.cast(dy, DType::bf16, gname + ".bf16")
+                                : dy;
         if (needs_grad[size_t(x)])
-          accumulate(x, b.append({.op = Op::MatMulGradInput, .inputs = {dy, w},
+          accumulate(x, b.append({.op = Op::MatMulGradInput, .inputs = {dy_mm, w},
                                   .shape = b.node(x).shape, .dtype = DType::f32, .name = gname}));
-        if (grad_state(w) >= 0) side_effect(Op::MatMulGradWeight, {dy, x, grad_state(w)}, gname);
+        if (grad_state(w) >= 0)
+          side_effect(Op::MatMulGradWeight, {dy_mm, x, grad_state(w)}, gname);
         break;
       }
       case Op::RMSNorm: {

@@ -78,7 +78,9 @@ std::shared_ptr<Executable> CompileCache::get_or_compile(
   }
   FunctionStats& s = stats_[key.function];
   ++s.compiles;
-  s.compile_ms += ms;
+  s.compile_ms += ms - exe->prepare_ms();
+  s.pack_ms += exe->prepare_ms();
+  s.arena_bytes += exe->arena_bytes();
   auto& prev = keys_by_function_[key.function];
   prev.push_back(key);
   if (int(prev.size()) > kStormThreshold && !warned_.count(key.function)) {
@@ -95,6 +97,15 @@ std::shared_ptr<Executable> CompileCache::get_or_compile(
 void CompileCache::plan(const CompileKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
   planned_.emplace(key.str(), key);
+}
+
+nlohmann::json CompileCache::stats_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [fn, s] : stats())
+    j[fn] = {{"compiles", s.compiles},     {"hits", s.hits},
+             {"compile_ms", s.compile_ms}, {"pack_ms", s.pack_ms},
+             {"arena_bytes", s.arena_bytes}};
+  return j;
 }
 
 std::map<std::string, FunctionStats> CompileCache::stats() const {

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,7 +37,9 @@ struct CompileKey {
 struct FunctionStats {
   int64_t compiles = 0;
   int64_t hits = 0;
-  double compile_ms = 0;
+  double compile_ms = 0;  // tracing, passes, memory plan (weight packing not included)
+  double pack_ms = 0;     // backend weight preparation (packing) first needed by these compiles
+  size_t arena_bytes = 0;  // the compiled executables' activation arenas, summed
 };
 
 class CompileCache {
@@ -54,6 +57,8 @@ class CompileCache {
   bool strict() const { return strict_; }
 
   std::map<std::string, FunctionStats> stats() const;
+  // {function: {compiles, hits, compile_ms, pack_ms, arena_bytes}}, for --stats and --json.
+  nlohmann::json stats_json() const;
   std::vector<CompileKey> keys() const;
   void clear();
 

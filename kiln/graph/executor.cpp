@@ -1,6 +1,10 @@
 #include "kiln/graph/executor.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 
 #include "kiln/core/error.h"
 #include "kiln/graph/passes.h"
@@ -25,6 +29,53 @@ size_t node_bytes(const Node& n) {
   size_t b = size_t(numel(n.shape)) * dtype_size(n.dtype);
   return (b + kAlign - 1) / kAlign * kAlign;
 }
+
+// KILN_PROFILE=1: time every op of every run but an executable's first (which pays the first touch
+// of its arena) and print, at exit, the time per run of each (function, op) to stderr, slowest
+// first. For finding where a step's time goes; off, it costs one branch per run.
+class OpProfile {
+ public:
+  static OpProfile* get() {
+    static OpProfile* profile = [] {
+      const char* env = std::getenv("KILN_PROFILE");
+      return env && env[0] && env[0] != '0' ? new OpProfile() : nullptr;
+    }();
+    return profile;
+  }
+  void add(const std::string& function, Op op, double seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = entries_[function + " " + op_info(op).name];
+    e.seconds += seconds;
+    e.calls += 1;
+  }
+  void add_run(const std::string& function) {
+    std::lock_guard<std::mutex> lock(mu_);
+    runs_[function] += 1;
+  }
+
+ private:
+  struct Entry {
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  OpProfile() {
+    std::atexit([] { get()->print(); });
+  }
+  void print() {
+    std::vector<std::pair<std::string, Entry>> rows(entries_.begin(), entries_.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    std::fprintf(stderr, "KILN_PROFILE: op time per run (function op: ms per run, calls per run)\n");
+    for (const auto& [name, e] : rows) {
+      const int64_t runs = std::max<int64_t>(1, runs_[name.substr(0, name.find(' '))]);
+      std::fprintf(stderr, "  %-32s %9.3f ms %6.1f calls\n", name.c_str(), 1e3 * e.seconds / runs,
+                   double(e.calls) / runs);
+    }
+  }
+  std::mutex mu_;
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, int64_t> runs_;
+};
 
 bool is_leaf(Op op) { return op == Op::Input || op == Op::Weight || op == Op::State; }
 
@@ -62,6 +113,7 @@ std::shared_ptr<Executable> Executable::eager(Graph g, Backend& backend, WeightS
 }
 
 void Executable::prepare(WeightStore& weights) {
+  const auto t0 = std::chrono::steady_clock::now();
   const size_t n = graph_.nodes.size();
   prepared_.assign(n, nullptr);
   weights_.assign(n, Tensor());
@@ -78,6 +130,8 @@ void Executable::prepare(WeightStore& weights) {
     }
     prepared_[i] = backend_.prepare(graph_, node, weights);
   }
+  prepare_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Executable::plan() {
@@ -155,6 +209,8 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
     values[size_t(graph_.states[k])] = states[k];
   }
   std::vector<Tensor> args;
+  OpProfile* profile = runs_++ > 0 ? OpProfile::get() : nullptr;
+  if (profile) profile->add_run(graph_.function);
   for (size_t i = 0; i < n; ++i) {
     const Node& node = graph_.nodes[i];
     if (node.op == Op::Input || node.op == Op::State) continue;
@@ -173,7 +229,14 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
     } else {
       out = Tensor::empty(node.shape, node.dtype);
     }
-    backend_.run(node, prepared_[i].get(), args, out, ctx);
+    if (profile) {
+      const auto t0 = std::chrono::steady_clock::now();
+      backend_.run(node, prepared_[i].get(), args, out, ctx);
+      profile->add(graph_.function, node.op,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    } else {
+      backend_.run(node, prepared_[i].get(), args, out, ctx);
+    }
     values[i] = std::move(out);
   }
   std::vector<Tensor> outs;

@@ -40,6 +40,8 @@ class Executable {
 
   const Graph& graph() const { return graph_; }
   size_t arena_bytes() const { return arena_bytes_; }
+  // Time compile spent in the backend's prepare (weight packing, shared with other executables).
+  double prepare_ms() const { return prepare_ms_; }
   bool compiled() const { return compiled_; }
 
  private:
@@ -55,6 +57,8 @@ class Executable {
   std::vector<int64_t> offset_;                  // per node: arena offset, -1 when not planned
   size_t arena_bytes_ = 0;
   Tensor arena_;
+  int64_t runs_ = 0;
+  double prepare_ms_ = 0;
 };
 
 }  // namespace kiln::graph

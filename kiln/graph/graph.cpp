@@ -101,23 +101,25 @@ Value GraphBuilder::embedding(Value ids, Value table, const std::string& name) {
                    .shape = {numel(i.shape), t.shape[1]}, .dtype = DType::f32, .name = name});
 }
 
-Value GraphBuilder::linear(Value x, Value w, const std::string& name) {
+Value GraphBuilder::linear(Value x, Value w, const std::string& name, DType out_dtype) {
   const Node &xn = node(x), &wn = node(w);
   KILN_CHECK((wn.op == Op::Weight || wn.op == Op::State) && xn.shape.size() == 2 &&
                  wn.shape.size() == 2 && xn.shape[1] == wn.shape[1],
              name, ": x ", shape_str(xn.shape), " w ", shape_str(wn.shape));
   return add_node({.op = wn.op == Op::Weight ? Op::Linear : Op::MatMul, .inputs = {x, w},
-                   .shape = {xn.shape[0], wn.shape[0]}, .dtype = DType::f32, .name = name,
+                   .shape = {xn.shape[0], wn.shape[0]}, .dtype = out_dtype, .name = name,
                    .weight_names = wn.weight_names});
 }
 
 Value GraphBuilder::cross_entropy(Value logits, Value labels, bool grad, const std::string& name) {
   const Node &ln = node(logits), &lb = node(labels);
-  KILN_CHECK(ln.shape.size() == 2 && ln.dtype == DType::f32 && lb.dtype == DType::i32 &&
+  KILN_CHECK(ln.shape.size() == 2 && (ln.dtype == DType::f32 || ln.dtype == DType::bf16) &&
+                 lb.dtype == DType::i32 &&
                  numel(lb.shape) == ln.shape[0],
              name);
   return add_node({.op = Op::CrossEntropy, .inputs = {logits, labels},
-                   .shape = grad ? ln.shape : Shape{1}, .dtype = DType::f32, .name = name,
+                   .shape = grad ? ln.shape : Shape{1}, .dtype = grad ? ln.dtype : DType::f32,
+                   .name = name,
                    .i0 = grad ? 1 : 0});
 }
 

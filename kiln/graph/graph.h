@@ -112,8 +112,8 @@ class GraphBuilder {
   Value state(const std::string& name, const Shape& shape, DType dtype);
 
   Value embedding(Value ids, Value table, const std::string& name);
-  // y = x W^T with W [N, K]; out_dtype f32 unless the consumer wants act.
-  Value linear(Value x, Value w, const std::string& name);
+  // y = x W^T with W [N, K]; f32 unless the consumer wants act (out_dtype bf16).
+  Value linear(Value x, Value w, const std::string& name, DType out_dtype = DType::f32);
   Value bias_add(Value x, Value bias, const std::string& name);
   Value rms_norm(Value x, Value w, float eps, DType out_dtype, const std::string& name);
   Value add(Value a, Value b, const std::string& name);

@@ -101,7 +101,9 @@ graph::Graph build_decoder_graph(const ModelConfig& c, DType act, const std::str
   if (function == "prefill" || function == "decode") x = b.take_last_rows(x, s.B, "last_position");
   Value h = b.rms_norm(x, w("model.norm.weight", {s.H}), float(c.rms_norm_eps), act, "model.norm");
   const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  Value logits = b.linear(h, w(head, {s.V, s.H}), "lm_head");  // f32 [rows, V]
+  // Training in bf16 keeps the logits in bf16, as autocast does: the cross-entropy reads them in f32
+  // and its gradient is bf16 too, which halves the largest tensors of a step ([rows, V]).
+  Value logits = b.linear(h, w(head, {s.V, s.H}), "lm_head", training ? act : DType::f32);
   if (training) {
     Value labels = b.input("labels", {s.B, s.T}, DType::i32);
     b.output(b.cross_entropy(logits, b.reshape(labels, {s.B * s.T}, "labels"), function == "train",

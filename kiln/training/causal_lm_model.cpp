@@ -58,10 +58,7 @@ std::shared_ptr<CausalLMTrainable> CausalLMTrainable::from_pretrained(
 }
 
 nlohmann::json CausalLMTrainable::compile_stats() const {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [fn, s] : cache_.stats())
-    j[fn] = {{"compiles", s.compiles}, {"hits", s.hits}, {"compile_ms", s.compile_ms}};
-  return j;
+  return cache_.stats_json();
 }
 
 LossSum CausalLMTrainable::forward_backward(const TrainBatch& batch, float loss_scale,

@@ -78,10 +78,7 @@ std::shared_ptr<tokenizer::Tokenizer> load_tokenizer_if_present(const std::strin
 }
 
 nlohmann::json compile_stats_json(models::CausalLM& model) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [fn, s] : model.compile_cache().stats())
-    j[fn] = {{"compiles", s.compiles}, {"hits", s.hits}, {"compile_ms", s.compile_ms}};
-  return j;
+  return model.compile_cache().stats_json();
 }
 
 }  // namespace kiln::cli

@@ -22,12 +22,11 @@ std::shared_ptr<void> prepare_linear(const Node& n, graph::WeightStore& weights)
     std::vector<Tensor> ws;
     for (const auto& name : n.weight_names) ws.push_back(weights.get(name));
     DType compute = ws[0].dtype() == DType::f32 ? DType::f32 : DType::bf16;
-    auto packed = ws.size() == 1 ? PackedLinear::pack(ws[0], compute)
-                                 : PackedLinear::pack_concat(ws, compute);
+    // The packed copy is what runs from now on: a memory-mapped source leaves RSS as it is packed
+    // (touched pages come back from the file if a later pack or the tied embedding reads them).
+    auto packed = ws.size() == 1 ? PackedLinear::pack(ws[0], compute, /*release_source=*/true)
+                                 : PackedLinear::pack_concat(ws, compute, /*release_source=*/true);
     weights.add_prepared_bytes(packed->bytes());
-    // The packed copy is what runs from now on; let a memory-mapped source leave RSS (the weights
-    // are not resident twice; touched pages come back from the file if a later pack needs them).
-    for (const Tensor& w : ws) w.storage()->release_pages(w.offset(), w.nbytes());
     return packed;
   });
 }

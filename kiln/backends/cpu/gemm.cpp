@@ -13,7 +13,8 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float be
   using dnnl::memory;
   KILN_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2, "gemm: a ", shape_str(a.shape()),
              ", b ", shape_str(b.shape()), ", c ", shape_str(c.shape()), " must be 2-D");
-  KILN_CHECK(c.dtype() == DType::f32, "gemm: c must be f32, got ", dtype_name(c.dtype()));
+  KILN_CHECK(c.dtype() == DType::f32 || (c.dtype() == DType::bf16 && beta == 0.f),
+             "gemm: c must be f32 (or bf16 without accumulation), got ", dtype_name(c.dtype()));
   for (const Tensor* t : {&a, &b}) {
     KILN_CHECK(t->dtype() == DType::f32 || t->dtype() == DType::bf16, "gemm: input dtype ",
                dtype_name(t->dtype()), " must be f32 or bf16");
@@ -24,6 +25,10 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float be
              "] @ op(b) [", Kb, ", ", N, "] does not give c ", shape_str(c.shape()));
   if (M == 0 || N == 0) return;
   if (K == 0) {  // empty sum: c = beta * c
+    if (c.dtype() == DType::bf16) {
+      std::memset(c.raw(), 0, c.nbytes());
+      return;
+    }
     float* p = c.data<float>();
     for (int64_t i = 0; i < M * N; ++i) p[i] = beta == 0.f ? 0.f : beta * p[i];
     return;
@@ -47,12 +52,13 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float be
   const auto dt = detail::to_dnnl(t);
   const memory::desc a_md({M, K}, dt, trans_a ? memory::dims{1, M} : memory::dims{K, 1});
   const memory::desc b_md({K, N}, dt, trans_b ? memory::dims{1, K} : memory::dims{N, 1});
-  const memory::desc c_md({M, N}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc c_md({M, N}, detail::to_dnnl(c.dtype()), memory::format_tag::ab);
   uint32_t beta_bits;
   std::memcpy(&beta_bits, &beta, 4);
   const std::string key = "gemm:" + std::to_string(M) + "," + std::to_string(N) + "," +
                           std::to_string(K) + "," + std::to_string(int(trans_a)) +
                           std::to_string(int(trans_b)) + "," + std::string(dtype_name(t)) + "," +
+                          std::string(dtype_name(c.dtype())) + "," +
                           std::to_string(beta_bits);
   const auto& mm = detail::matmul_cache().get(key, [&] {
     dnnl::post_ops po;

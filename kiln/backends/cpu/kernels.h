@@ -25,9 +25,14 @@ class PackedLinear {
  public:
   // w: f32|bf16 [N, K]. `compute` is the dtype the GEMM multiplies in (bf16 or f32); w is converted
   // if needed. Packing copies: the returned object does not reference `w`.
-  static std::shared_ptr<PackedLinear> pack(const Tensor& w, DType compute);
+  // With `release_source` (the packed copy replaces a memory-mapped weight), the source's pages are
+  // dropped from memory as packing passes them (Storage::release_pages), so no weight is resident
+  // twice, not even the 300 MB lm_head while it is being packed.
+  static std::shared_ptr<PackedLinear> pack(const Tensor& w, DType compute,
+                                            bool release_source = false);
   // Stacks several weights with equal K along N (fused QKV: [Nq + Nk + Nv, K]).
-  static std::shared_ptr<PackedLinear> pack_concat(const std::vector<Tensor>& ws, DType compute);
+  static std::shared_ptr<PackedLinear> pack_concat(const std::vector<Tensor>& ws, DType compute,
+                                                   bool release_source = false);
   virtual ~PackedLinear() = default;
   virtual int64_t out_features() const = 0;  // N
   virtual int64_t in_features() const = 0;   // K
@@ -111,12 +116,13 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 // dtable [V, H] += scatter of dy [N, H] at ids [N].
 void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable);
 // Plain GEMMs for training: c [M, N] = a [M, K] @ b [K, N] with optional transposes, f32|bf16 in,
-// f32 out; beta = 1 accumulates into c. (dX = dY @ W; dW += dY^T @ X.)
+// f32 out (or bf16 when beta = 0); beta = 1 accumulates into c. (dX = dY @ W; dW += dY^T @ X.)
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float beta, Tensor& c);
 
-// Cross-entropy over logits f32 [N, V] with labels i32 [N] (-100 = ignored): returns the sum of
-// -log softmax(logits)[label] over non-ignored rows, and writes dlogits [N, V] =
-// (softmax - onehot) * grad_scale for non-ignored rows, 0 for ignored. dlogits may alias logits.
+// Cross-entropy over logits f32|bf16 [N, V] with labels i32 [N] (-100 = ignored): returns the sum of
+// -log softmax(logits)[label] over non-ignored rows (computed in f32, summed in double), and writes
+// dlogits [N, V] (the logits' dtype) = (softmax - onehot) * grad_scale for non-ignored rows, 0 for
+// ignored. dlogits may alias logits.
 double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits);
 
 // ---------------------------------------------------------------------------------------------------

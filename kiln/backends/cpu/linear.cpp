@@ -31,7 +31,7 @@ class PackedLinearImpl final : public PackedLinear {
   size_t bytes() const override { return buf_->bytes; }
 
   // Fills the packed buffer from w [N, K] (f32 or bf16, contiguous).
-  void pack_from(const Tensor& w) {
+  void pack_from(const Tensor& w, bool release_source) {
     auto& eng = detail::dnnl_engine();
     const memory::dims dims = {k_, n_};
     if (compute_ == DType::bf16) {
@@ -47,7 +47,7 @@ class PackedLinearImpl final : public PackedLinear {
     if (compute_ == DType::bf16) {
       KILN_CHECK(wmd_.get_size() == size_t(round_up(n_, detail::kBlockN) * kp_ * 2),
                  "oneDNN's BA16a64b2a size differs from the layout the GEMV assumes");
-      pack_bf16_blocked(w);
+      pack_bf16_blocked(w, release_source);
       return;
     }
     memory::desc src_md(dims, detail::to_dnnl(w.dtype()), Tag::ba);  // W [N, K] as [K, N]^T
@@ -56,6 +56,7 @@ class PackedLinearImpl final : public PackedLinear {
     dnnl::stream stream(eng);
     dnnl::reorder(src_mem, dst_mem).execute(stream, src_mem, dst_mem);
     stream.wait();
+    if (release_source) w.storage()->release_pages(w.offset(), w.nbytes());
   }
 
   // Writes W [N, K] (bf16 or f32, rounded to nearest even) in the BA16a64b2a layout described in
@@ -63,14 +64,34 @@ class PackedLinearImpl final : public PackedLinear {
   // 1 GB/s per core) so the GEMV's layout is written down in one place, which the tests check
   // against oneDNN reading the same buffer. Blocks go to threads; within a block the writes are
   // sequential and the reads walk 64 rows in step (each cache line is used for 16 k pairs).
-  void pack_bf16_blocked(const Tensor& w) {
-    const int64_t nblocks = (n_ + detail::kBlockN - 1) / detail::kBlockN, pairs = kp_ / 2;
+  void pack_bf16_blocked(const Tensor& w, bool release_source) {
+    const int64_t nblocks = (n_ + detail::kBlockN - 1) / detail::kBlockN;
+    const size_t row_bytes = size_t(k_) * dtype_size(w.dtype());
+    // Groups of blocks with about 32 MB of source rows, released once packed, bound what is
+    // resident twice.
+    const int64_t group =
+        std::max<int64_t>(1, int64_t((size_t(32) << 20) / (size_t(detail::kBlockN) * row_bytes)));
+    for (int64_t g0 = 0; g0 < nblocks; g0 += group) {
+      const int64_t g1 = std::min(nblocks, g0 + group);
+      pack_bf16_blocks(w, g0, g1);
+      if (release_source) {
+        const int64_t r0 = g0 * detail::kBlockN, r1 = std::min(n_, g1 * detail::kBlockN);
+        w.storage()->release_pages(w.offset() + size_t(r0) * row_bytes,
+                                   size_t(r1 - r0) * row_bytes);
+      }
+    }
+  }
+
+  // Blocks [first, end) of pack_bf16_blocked.
+  void pack_bf16_blocks(const Tensor& w, int64_t first, int64_t end) {
+    const int64_t pairs = kp_ / 2;
     auto* dst = static_cast<uint16_t*>(buf_->ptr);
     const bool from_bf16 = w.dtype() == DType::bf16;
     const auto* wb = static_cast<const uint16_t*>(w.raw());
     const auto* wf = static_cast<const float*>(w.raw());
     const int64_t N = n_, K = k_;
-    parallel_for(nblocks, [&](int64_t b0, int64_t b1) {
+    parallel_for(end - first, [&](int64_t i0, int64_t i1) {
+      const int64_t b0 = first + i0, b1 = first + i1;
       for (int64_t b = b0; b < b1; ++b) {
         uint16_t* out = dst + b * kp_ * detail::kBlockN;
         const int64_t n0 = b * detail::kBlockN;
@@ -123,16 +144,22 @@ void check_compute(DType compute) {
 
 }  // namespace
 
-std::shared_ptr<PackedLinear> PackedLinear::pack(const Tensor& w, DType compute) {
+std::shared_ptr<PackedLinear> PackedLinear::pack(const Tensor& w, DType compute,
+                                                 bool release_source) {
   check_weight(w, "PackedLinear::pack");
   check_compute(compute);
   auto p = std::make_shared<PackedLinearImpl>(w.dim(0), w.dim(1), compute);
-  p->pack_from(w.dtype() == DType::f16 ? w.to(DType::f32) : w);
+  if (w.dtype() == DType::f16) {
+    p->pack_from(w.to(DType::f32), false);
+    if (release_source) w.storage()->release_pages(w.offset(), w.nbytes());
+  } else {
+    p->pack_from(w, release_source);
+  }
   return p;
 }
 
 std::shared_ptr<PackedLinear> PackedLinear::pack_concat(const std::vector<Tensor>& ws,
-                                                        DType compute) {
+                                                        DType compute, bool release_source) {
   KILN_CHECK(!ws.empty(), "PackedLinear::pack_concat: no weights");
   check_compute(compute);
   const int64_t k = ws[0].ndim() == 2 ? ws[0].dim(1) : -1;
@@ -152,6 +179,7 @@ std::shared_ptr<PackedLinear> PackedLinear::pack_concat(const std::vector<Tensor
   for (const Tensor& w : ws) {
     convert(w.raw(), w.dtype(), dst, t, w.numel());
     dst += w.numel() * dtype_size(t);
+    if (release_source) w.storage()->release_pages(w.offset(), w.nbytes());
   }
   return pack(cat, compute);
 }

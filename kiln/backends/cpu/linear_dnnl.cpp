@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/core/memory.h"
 
 namespace kiln::cpu::detail {
 
@@ -84,19 +85,8 @@ dnnl::memory::data_type to_dnnl(DType t) {
   return dnnl::memory::data_type::undef;
 }
 
-HugeBuffer::HugeBuffer(size_t n) : bytes(n) {
-  constexpr size_t kHuge = size_t(2) << 20;
-  if (n < kHuge) {  // small weights (tests, tiny models): huge pages would only waste memory
-    ptr = std::aligned_alloc(64, std::max<size_t>((n + 63) / 64 * 64, 64));
-    KILN_CHECK(ptr != nullptr, "allocation of ", n, " bytes failed");
-    return;
-  }
-  size_t rounded = (n + kHuge - 1) / kHuge * kHuge;
-  ptr = std::aligned_alloc(kHuge, rounded);
-  KILN_CHECK(ptr != nullptr, "allocation of ", rounded, " bytes failed");
-  madvise(ptr, rounded, MADV_HUGEPAGE);  // advisory: a failure only costs speed
-}
+HugeBuffer::HugeBuffer(size_t n) : ptr(map_pages(n)), bytes(n) {}
 
-HugeBuffer::~HugeBuffer() { std::free(ptr); }
+HugeBuffer::~HugeBuffer() { unmap_pages(ptr, bytes); }
 
 }  // namespace kiln::cpu::detail

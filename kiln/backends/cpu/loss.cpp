@@ -1,6 +1,7 @@
 // Cross-entropy with the gradient fused in (one read of the logits for max, one for the sum of
 // exponentials, one to write the gradient). Labels of -100 are ignored, as in Transformers.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kiln/backends/cpu/kernels.h"
@@ -61,35 +62,51 @@ void write_softmax(const float* x, int64_t n, float m, float inv, float scale, f
 }  // namespace
 
 double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits) {
-  KILN_CHECK(logits.ndim() == 2 && logits.dtype() == DType::f32,
-             "cross_entropy: logits must be f32 [N, V], got ", shape_str(logits.shape()));
+  KILN_CHECK(logits.ndim() == 2 && (logits.dtype() == DType::f32 || logits.dtype() == DType::bf16),
+             "cross_entropy: logits must be f32 or bf16 [N, V], got ", dtype_name(logits.dtype()),
+             " ", shape_str(logits.shape()));
   const int64_t n = logits.dim(0), v = logits.dim(1);
   KILN_CHECK(labels.dtype() == DType::i32 && labels.shape() == Shape({n}),
              "cross_entropy: labels must be i32 [", n, "]");
-  KILN_CHECK(!dlogits || (dlogits->dtype() == DType::f32 && dlogits->shape() == logits.shape()),
-             "cross_entropy: dlogits must be f32 ", shape_str(logits.shape()));
+  KILN_CHECK(
+      !dlogits || (dlogits->dtype() == logits.dtype() && dlogits->shape() == logits.shape()),
+      "cross_entropy: dlogits must be ", dtype_name(logits.dtype()), " ", shape_str(logits.shape()));
   const int32_t* lab = labels.data<int32_t>();
   for (int64_t i = 0; i < n; ++i)
     KILN_CHECK(lab[i] == kIgnoreIndex || (lab[i] >= 0 && lab[i] < v), "cross_entropy: label ",
                lab[i], " at row ", i, " outside [0, ", v, ") and not -100");
-  const float* x = logits.data<float>();
-  float* dx = dlogits ? dlogits->data<float>() : nullptr;
+  // bf16 rows are widened into a per-thread f32 row, worked on there and rounded back.
+  const bool bf16 = logits.dtype() == DType::bf16;
+  const size_t item = dtype_size(logits.dtype());
+  const char* x = static_cast<const char*>(logits.raw());
+  char* dx = dlogits ? static_cast<char*>(dlogits->raw()) : nullptr;
   std::vector<double> row_loss(static_cast<size_t>(n), 0.0);
   parallel_for(n, [&](int64_t r0, int64_t r1) {
+    std::vector<float> wide(bf16 ? size_t(v) : 0);
     for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * v;
+      char* dr = dx ? dx + size_t(r * v) * item : nullptr;
       if (lab[r] == kIgnoreIndex) {
-        if (dx) std::fill(dx + r * v, dx + (r + 1) * v, 0.f);
+        if (dr) std::memset(dr, 0, size_t(v) * item);
         continue;
+      }
+      const float* xr = reinterpret_cast<const float*>(x + size_t(r * v) * item);
+      if (bf16) {
+        const auto* src = reinterpret_cast<const bf16_t*>(x + size_t(r * v) * item);
+        for (int64_t i = 0; i < v; ++i) wide[size_t(i)] = bf16_to_f32(src[i]);
+        xr = wide.data();
       }
       const float m = row_max(xr, v);
       const double s = row_sum_exp(xr, v, m);
       const float target = xr[lab[r]];  // read before dlogits (which may alias) overwrites it
       row_loss[size_t(r)] = std::log(s) + double(m) - double(target);
-      if (dx) {
-        float* dr = dx + r * v;
-        write_softmax(xr, v, m, float(1.0 / s), grad_scale, dr);
-        dr[lab[r]] -= grad_scale;
+      if (dr) {
+        float* out = bf16 ? wide.data() : reinterpret_cast<float*>(dr);
+        write_softmax(xr, v, m, float(1.0 / s), grad_scale, out);
+        out[lab[r]] -= grad_scale;
+        if (bf16) {
+          auto* d = reinterpret_cast<bf16_t*>(dr);
+          for (int64_t i = 0; i < v; ++i) d[i] = f32_to_bf16(wide[size_t(i)]);
+        }
       }
     }
   });

@@ -28,6 +28,17 @@ Graph append_backward(Graph forward, Value loss, const std::map<Value, Value>& g
     auto it = grad_states.find(w);
     return it == grad_states.end() ? -1 : it->second;
   };
+  // A weight as the op reads it may be a Cast of its f32 master State (bf16 autocast): the gradient
+  // goes to the master's accumulator, and the backward op casts the master again rather than keep
+  // the forward's cast alive from forward to backward (that would hold a bf16 copy of every weight).
+  auto master_of = [&](Value w) -> Value {
+    const Node& n = b.node(w);
+    return n.op == Op::Cast && b.node(n.inputs[0]).op == Op::State ? n.inputs[0] : w;
+  };
+  auto weight_for_backward = [&](Value w, const std::string& name) -> Value {
+    const Value m = master_of(w);
+    return m == w ? w : b.cast(m, b.node(w).dtype, name + ".autocast");
+  };
   auto side_effect = [&](Op op, std::vector<Value> inputs, const std::string& name) {
     b.append({.op = op, .inputs = std::move(inputs), .shape = {1}, .dtype = DType::f32,
               .name = name});
@@ -46,8 +57,9 @@ Graph append_backward(Graph forward, Value loss, const std::map<Value, Value>& g
       case Op::State:
         break;
       case Op::Embedding:
-        if (grad_state(n.inputs[1]) >= 0)
-          side_effect(Op::EmbeddingGrad, {n.inputs[0], dy, grad_state(n.inputs[1])}, gname);
+        if (grad_state(master_of(n.inputs[1])) >= 0)
+          side_effect(Op::EmbeddingGrad, {n.inputs[0], dy, grad_state(master_of(n.inputs[1]))},
+                      gname);
         break;
       case Op::MatMul: {
         const Value x = n.inputs[0], w = n.inputs[1];
@@ -59,18 +71,20 @@ Graph append_backward(Graph forward, Value loss, const std::map<Value, Value>& g
                                 ? b.cast(dy, DType::bf16, gname + ".bf16")
                                 : dy;
         if (needs_grad[size_t(x)])
-          accumulate(x, b.append({.op = Op::MatMulGradInput, .inputs = {dy_mm, w},
+          accumulate(x, b.append({.op = Op::MatMulGradInput,
+                                  .inputs = {dy_mm, weight_for_backward(w, gname)},
                                   .shape = b.node(x).shape, .dtype = DType::f32, .name = gname}));
-        if (grad_state(w) >= 0)
-          side_effect(Op::MatMulGradWeight, {dy_mm, x, grad_state(w)}, gname);
+        if (grad_state(master_of(w)) >= 0)
+          side_effect(Op::MatMulGradWeight, {dy_mm, x, grad_state(master_of(w))}, gname);
         break;
       }
       case Op::RMSNorm: {
-        const Value w = n.inputs[1];
-        KILN_CHECK(grad_state(w) >= 0, n.name, ": RMSNorm weight has no gradient state");
-        accumulate(n.inputs[0],
-                   b.append({.op = Op::RMSNormGrad, .inputs = {n.inputs[0], w, dy, grad_state(w)},
-                             .shape = n.shape, .dtype = DType::f32, .name = gname, .eps = n.eps}));
+        const Value w = n.inputs[1], g = grad_state(master_of(w));
+        KILN_CHECK(g >= 0, n.name, ": RMSNorm weight has no gradient state");
+        accumulate(n.inputs[0], b.append({.op = Op::RMSNormGrad,
+                                          .inputs = {n.inputs[0], weight_for_backward(w, gname), dy, g},
+                                          .shape = n.shape, .dtype = DType::f32, .name = gname,
+                                          .eps = n.eps}));
         break;
       }
       case Op::Add:

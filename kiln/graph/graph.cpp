@@ -103,7 +103,10 @@ Value GraphBuilder::embedding(Value ids, Value table, const std::string& name) {
 
 Value GraphBuilder::linear(Value x, Value w, const std::string& name, DType out_dtype) {
   const Node &xn = node(x), &wn = node(w);
-  KILN_CHECK((wn.op == Op::Weight || wn.op == Op::State) && xn.shape.size() == 2 &&
+  // A State may be read through a Cast (bf16 autocast of an f32 master weight).
+  const bool state =
+      wn.op == Op::State || (wn.op == Op::Cast && node(wn.inputs[0]).op == Op::State);
+  KILN_CHECK((wn.op == Op::Weight || state) && xn.shape.size() == 2 &&
                  wn.shape.size() == 2 && xn.shape[1] == wn.shape[1],
              name, ": x ", shape_str(xn.shape), " w ", shape_str(wn.shape));
   return add_node({.op = wn.op == Op::Weight ? Op::Linear : Op::MatMul, .inputs = {x, w},

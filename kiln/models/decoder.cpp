@@ -16,13 +16,24 @@ struct Shapes {
   bool training;  // weights are States; attention over the batch instead of a cache
 };
 
+// A parameter as the model's matmuls and norms read it (act). Inference: a Weight, packed or
+// converted at load. Training: the f32 master weight is a State bound per run; in bf16 it is cast
+// where it is used, as autocast does, so no bf16 copy of the whole model stays resident (the
+// backward pass casts again where it needs the weight: see autodiff).
+Value parameter(GraphBuilder& b, bool training, const std::string& name, const Shape& shape,
+                DType act) {
+  if (!training) return b.weight(name, shape, act);
+  Value master = b.state(name, shape, DType::f32);
+  return act == DType::f32 ? master : b.cast(master, act, name + ".autocast");
+}
+
 // One decoder layer: x f32 [B*T, H] -> f32 [B*T, H]; writes this layer's k/v cache slots.
 Value decoder_layer(GraphBuilder& b, const ModelConfig& c, const Shapes& s, DType act, int layer,
                     Value x, Value positions, Value cos_sin, Value kv_mask) {
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   const float eps = float(c.rms_norm_eps);
   auto w = [&](const std::string& name, const Shape& shape) {
-    return s.training ? b.state(p + name, shape, act) : b.weight(p + name, shape, act);
+    return parameter(b, s.training, p + name, shape, act);
   };
   const int64_t BT = s.B * s.T;
 
@@ -85,14 +96,16 @@ graph::Graph build_decoder_graph(const ModelConfig& c, DType act, const std::str
                  c.vocab_size,   training};
   GraphBuilder b(function);
   auto w = [&](const std::string& name, const Shape& shape) {
-    return training ? b.state(name, shape, act) : b.weight(name, shape, act);
+    return parameter(b, training, name, shape, act);
   };
   Value ids = b.input("input_ids", {s.B, s.T}, DType::i32);
   Value positions = b.input("position_ids", {s.B, s.T}, DType::i32);
   Value kv_mask = b.input("attention_mask", {s.B, s.L}, DType::i32);
   Value cos_sin = b.weight(kRopeTableName, {c.max_position_embeddings, s.D}, DType::f32);
 
-  Value table = w("model.embed_tokens.weight", {s.V, s.H});
+  // Training looks up the f32 master table itself (autocast leaves embeddings in f32).
+  Value table = training ? b.state("model.embed_tokens.weight", {s.V, s.H}, DType::f32)
+                         : w("model.embed_tokens.weight", {s.V, s.H});
   Value x = b.embedding(b.reshape(ids, {s.B * s.T}, "input_ids"), table, "model.embed_tokens");
   for (int layer = 0; layer < int(c.num_hidden_layers); ++layer)
     x = decoder_layer(b, c, s, act, layer, x, positions, cos_sin, kv_mask);

@@ -98,15 +98,6 @@ LossSum CausalLMTrainable::run(const std::string& function, const TrainBatch& ba
     }
   }
   const DType act = options_.bf16 ? DType::bf16 : DType::f32;
-  if (options_.bf16) {
-    compute_copies_.resize(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (!compute_copies_[i].defined())
-        compute_copies_[i] = Tensor::empty(params_[i].value.shape(), DType::bf16);
-      convert(params_[i].value.raw(), DType::f32, compute_copies_[i].raw(), DType::bf16,
-              params_[i].value.numel());
-    }
-  }
   auto build = [&] {
     graph::Graph g = models::build_decoder_graph(config_, act, function, B, T, T);
     if (function == "train") {
@@ -138,7 +129,8 @@ LossSum CausalLMTrainable::run(const std::string& function, const TrainBatch& ba
     if (!e) e = graph::Executable::eager(build(), backend, *constants_);
     exe = e;
   }
-  // Bind states by name: weights (compute copies), then gradient accumulators.
+  // Bind states by name: f32 master weights (the graph casts them for bf16), then gradient
+  // accumulators.
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < params_.size(); ++i) index[params_[i].name] = i;
   std::vector<Tensor> states;
@@ -147,8 +139,7 @@ LossSum CausalLMTrainable::run(const std::string& function, const TrainBatch& ba
     if (name.rfind(kGradPrefix, 0) == 0) {
       states.push_back((*grads)[index.at(name.substr(kGradPrefix.size()))]);
     } else {
-      const size_t i = index.at(name);
-      states.push_back(options_.bf16 ? compute_copies_[i] : params_[i].value);
+      states.push_back(params_[index.at(name)].value);
     }
   }
   double loss_sum = 0;

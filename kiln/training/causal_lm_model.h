@@ -2,8 +2,9 @@
 // TrainableModel. The train step is one graph per (batch, seq): the decoder built in training mode
 // (weights bound per run), with the backward pass appended by graph autodiff, compiled and
 // memory-planned through the model's CompileCache; `compile = false` runs the same graph eagerly.
-// bf16 mixed precision keeps f32 master weights (parameters()) and casts them to bf16 copies before
-// each forward, as Transformers' autocast does; gradients are f32.
+// bf16 mixed precision keeps f32 master weights (parameters()) that the graph casts to bf16 where a
+// matmul or norm reads them, as Transformers' autocast does (no bf16 copy of the model stays
+// resident); embeddings are looked up in f32; gradients are f32.
 //
 // Example:
 //   auto model = kiln::training::CausalLMTrainable::from_pretrained(dir, {.bf16 = true});
@@ -49,7 +50,6 @@ class CausalLMTrainable final : public TrainableModel {
   models::ModelConfig config_;
   TrainableOptions options_;
   std::vector<Parameter> params_;
-  std::vector<Tensor> compute_copies_;  // bf16 copies of params_ (bf16 mode only)
   std::unique_ptr<graph::WeightStore> constants_;  // the RoPE table
   graph::CompileCache cache_;
   std::map<std::string, std::shared_ptr<graph::Executable>> eager_;

@@ -130,9 +130,16 @@ double global_grad_norm(const std::vector<Tensor>& grads) {
     std::vector<double> partial(size_t(blocks), 0.0);
     parallel_for(blocks, [&](int64_t b, int64_t e) {
       for (int64_t blk = b; blk < e; ++blk) {
+        // Eight interleaved partial sums: one dependent chain of double adds ran at a quarter
+        // of the memory's speed. The order is fixed, so the norm stays deterministic.
+        double lane[8] = {};
+        const int64_t begin = blk * kChunk, end = std::min(n, (blk + 1) * kChunk);
+        int64_t k = begin;
+        for (; k + 8 <= end; k += 8)
+          for (int j = 0; j < 8; ++j) lane[j] += double(x[k + j]) * double(x[k + j]);
+        for (; k < end; ++k) lane[0] += double(x[k]) * double(x[k]);
         double s = 0;
-        int64_t end = std::min(n, (blk + 1) * kChunk);
-        for (int64_t k = blk * kChunk; k < end; ++k) s += double(x[k]) * double(x[k]);
+        for (double l : lane) s += l;
         partial[size_t(blk)] = s;
       }
     });

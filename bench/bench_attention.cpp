@@ -42,6 +42,7 @@ void BM_AttentionDecode(benchmark::State& state) {
 }
 BENCHMARK(BM_AttentionDecode)
     ->ArgNames({"B", "L"})
+    ->Args({1, 160})
     ->Args({1, 512})
     ->Args({1, 1024})
     ->Args({1, 2048})

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Reproduces docs/benchmarks.md: `kiln bench` on a random Qwen3-0.6B-shaped checkpoint, batch 1,
-# bf16, prompts of 128 and 512 tokens, 64 new tokens.
+# Reproduces docs/benchmarks.md: `kiln bench` (inference) on a random Qwen3-0.6B-shaped checkpoint,
+# batch 1, bf16, prompts of 128 and 512 tokens, 64 new tokens; then `kiln bench-train` (training) on
+# the `small` and Qwen3-0.6B shapes in bf16 autocast and f32.
 #
-# Usage: bench/run_benchmarks.sh [BUILD_DIR] [MODEL_DIR] [RUNS]
+# Usage: bench/run_benchmarks.sh [BUILD_DIR] [MODEL_DIR] [RUNS] [SMALL_DIR]
 #   BUILD_DIR  a Release build holding tools/cli/kiln (default: build)
-#   MODEL_DIR  where the random model is made once (default: /tmp/kiln-qwen3-0.6b)
+#   MODEL_DIR  where the random 0.6B model is made once (default: /tmp/kiln-qwen3-0.6b)
 #   RUNS       runs per configuration; the best is what docs/benchmarks.md reports (default: 3)
+#   SMALL_DIR  where the random `small` model is made once (default: /tmp/kiln-small)
 # Other processes on the machine skew the numbers: each run prints the load average beside it.
+# Set KILN_BENCH_SKIP_TRAIN=1 to run only the inference part (the 0.6B training runs take minutes).
 set -euo pipefail
 BUILD_DIR=${1:-build}
 MODEL_DIR=${2:-/tmp/kiln-qwen3-0.6b}
 RUNS=${3:-3}
+SMALL_DIR=${4:-/tmp/kiln-small}
 KILN="$BUILD_DIR/tools/cli/kiln"
 [ -x "$KILN" ] || { echo "no kiln binary at $KILN (build first)" >&2; exit 1; }
 
@@ -26,3 +30,25 @@ for P in 128 512; do
     echo "{\"run\": $run, \"load_before\": $load, \"result\": $out}"
   done
 done
+
+[ "${KILN_BENCH_SKIP_TRAIN:-0}" = 1 ] && exit 0
+if [ ! -f "$SMALL_DIR/model.safetensors" ]; then
+  "$KILN" create-model "$SMALL_DIR" --preset small --seed 0 --dtype bf16
+fi
+# Training: the shapes (small at 8 x 128; 0.6B at 1 x 128 beside PyTorch's figure, and at
+# 1 x 512, the memory target).
+train() {  # MODEL BATCH SEQ STEPS [--f32]
+  local model=$1 batch=$2 seq=$3 steps=$4
+  shift 4
+  for run in $(seq 1 "$RUNS"); do
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    out=$("$KILN" bench-train "$model" --batch "$batch" --seq-len "$seq" --steps "$steps" "$@" \
+          --json)
+    echo "{\"run\": $run, \"load_before\": $load, \"result\": $out}"
+  done
+}
+train "$SMALL_DIR" 8 128 5
+train "$SMALL_DIR" 8 128 3 --f32
+train "$MODEL_DIR" 1 128 2
+train "$MODEL_DIR" 1 128 2 --f32
+train "$MODEL_DIR" 1 512 2

@@ -87,6 +87,11 @@ Graph append_backward(Graph forward, Value loss, const std::map<Value, Value>& g
                                           .eps = n.eps}));
         break;
       }
+      case Op::BiasAdd:  // Qwen2's q/k/v biases, Llama's attention_bias
+        accumulate(n.inputs[0], dy);
+        if (grad_state(master_of(n.inputs[1])) >= 0)
+          side_effect(Op::BiasAddGrad, {dy, grad_state(master_of(n.inputs[1]))}, gname);
+        break;
       case Op::Add:
         accumulate(n.inputs[0], dy);
         accumulate(n.inputs[1], dy);

@@ -24,6 +24,7 @@ constexpr OpInfo kOps[] = {
     {"MatMulGradWeight", true, false}, {"EmbeddingGrad", true, false},
     {"RMSNormGrad", true, false},     {"SiLUGrad", false, false},
     {"RopeGrad", false, false},       {"AttentionGrad", false, false},
+    {"BiasAddGrad", true, false},
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == size_t(Op::kCount), "op table out of sync with Op");
 

@@ -60,6 +60,7 @@ enum class Op : uint8_t {
   SiLUGrad,          // (x f32, dy f32) -> f32 dx
   RopeGrad,          // (dy f32 [B, T, H, D], positions, cos_sin) -> f32 dx
   AttentionGrad,     // (q, k, v, kv_mask, out, dout) -> f32 [dq | dk | dv] flat
+  BiasAddGrad,       // (dy f32 [M, N], grad State f32 [N]) -> grad += column sums of dy
   kCount
 };
 

@@ -40,9 +40,6 @@ std::shared_ptr<CausalLMTrainable> CausalLMTrainable::from_pretrained(
   m->dir_ = dir;
   m->config_ = lm->config();
   m->options_ = options;
-  if (m->config_.qkv_bias || m->config_.o_bias)
-    throw Error(dir + "/config.json", "training models with attention biases (Qwen2, Llama "
-                                      "attention_bias) is not supported yet");
   // Parameters in the order the training graph binds them, tied weights once.
   auto g = models::build_decoder_graph(m->config_, DType::f32, "eval", 1, 1, 1);
   auto constants = std::make_unique<Constants>();

@@ -1,4 +1,4 @@
-// CausalLMTrainable: a Hugging Face checkpoint (Qwen3, Llama; not yet Qwen2's biases) as a
+// CausalLMTrainable: a Hugging Face checkpoint (Qwen3, Qwen2 and Llama, biases included) as a
 // TrainableModel. The train step is one graph per (batch, seq): the decoder built in training mode
 // (weights bound per run), with the backward pass appended by graph autodiff, compiled and
 // memory-planned through the model's CompileCache; `compile = false` runs the same graph eagerly.

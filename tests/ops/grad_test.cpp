@@ -158,6 +158,25 @@ void run_embedding_backward(const OpBackend& be, DType dt, Tol tol) {
   EXPECT_TRUE(all_close(dtable, want, tol));
 }
 
+void run_bias_add_backward(const OpBackend& be, DType dt, Tol tol) {
+  if (dt != DType::f32) GTEST_SKIP() << "gradients are f32";
+  const int64_t m = 7, n = 150;  // more columns than one thread's share
+  Tensor dy = random_tensor({m, n}, DType::f32, 81);
+  Tensor db = random_tensor({n}, DType::f32, 82);  // accumulated into
+  const std::vector<double> g = to_double(dy), b0 = to_double(db);
+  be.bias_add_backward(dy, db);
+  // d/db <dy, x + b> = column sums of dy.
+  auto f = [&](const std::vector<double>& b) {
+    double l = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) l += g[size_t(i * n + j)] * b[size_t(j)];
+    return l;
+  };
+  std::vector<double> want = numeric_grad(std::vector<double>(size_t(n), 0.5), f);
+  for (size_t j = 0; j < want.size(); ++j) want[j] += b0[j];
+  EXPECT_TRUE(all_close(db, want, tol));
+}
+
 void run_cross_entropy(const OpBackend& be, DType dt, Tol tol) {
   if (dt != DType::f32) GTEST_SKIP() << "logits are f32";
   const int64_t n = 5, vocab = 37;
@@ -197,6 +216,7 @@ const std::vector<OpCase>& grad_cases() {
       {"silu_mul_backward", {kGradTol, kGradTol}, run_silu_mul_backward},
       {"attention_backward", {kGradTol, kGradTol}, run_attention_backward},
       {"embedding_backward", {kGradTol, kGradTol}, run_embedding_backward},
+      {"bias_add_backward", {kGradTol, kGradTol}, run_bias_add_backward},
       {"cross_entropy", {kGradTol, kGradTol}, run_cross_entropy},
   };
   return cases;

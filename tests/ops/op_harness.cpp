@@ -26,6 +26,7 @@ const OpBackend& cpu_backend() {
     o.silu_mul_backward = cpu::silu_mul_backward;
     o.attention_backward = cpu::attention_backward;
     o.embedding_backward = cpu::embedding_backward;
+    o.bias_add_backward = cpu::bias_add_backward;
     o.cross_entropy = cpu::cross_entropy;
     return o;
   }();

@@ -61,6 +61,7 @@ struct OpBackend {
                      const Tensor&, Tensor&, Tensor&, Tensor&)>
       attention_backward;
   std::function<void(const Tensor&, const Tensor&, Tensor&)> embedding_backward;
+  std::function<void(const Tensor&, Tensor&)> bias_add_backward;
   std::function<double(const Tensor&, const Tensor&, float, Tensor*)> cross_entropy;
 };
 

@@ -96,6 +96,23 @@ void silu_mul_backward(const Tensor& gate_up, const Tensor& dy, Tensor& dgate_up
   });
 }
 
+void bias_add_backward(const Tensor& dy, Tensor& dbias) {
+  KILN_CHECK(dbias.dtype() == DType::f32 && dbias.ndim() == 1, "bias_add_backward: dbias must be f32 [N]");
+  const int64_t n = dbias.dim(0);
+  KILN_CHECK(dy.dtype() == DType::f32 && n > 0 && dy.numel() % n == 0 && dy.dim(-1) == n,
+             "bias_add_backward: dy ", shape_str(dy.shape()), " does not end in ", n);
+  const int64_t rows = dy.numel() / n;
+  const float* g = dy.data<float>();
+  float* out = dbias.data<float>();
+  // Threads own column ranges, so each column's sum has one fixed order (deterministic).
+  parallel_for(n, [&](int64_t c0, int64_t c1) {
+    std::vector<double> sum(size_t(c1 - c0), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = c0; c < c1; ++c) sum[size_t(c - c0)] += double(g[r * n + c]);
+    for (int64_t c = c0; c < c1; ++c) out[c] += float(sum[size_t(c - c0)]);
+  }, 64);
+}
+
 void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) {
   KILN_CHECK(ids.dtype() == DType::i32 && ids.ndim() == 1, "embedding_backward: ids must be i32 [N]");
   KILN_CHECK(dtable.dtype() == DType::f32 && dtable.ndim() == 2,

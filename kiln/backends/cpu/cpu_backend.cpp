@@ -138,6 +138,10 @@ class CpuBackend final : public graph::Backend {
       case Op::RopeGrad:
         std::memcpy(out.raw(), in[0].raw(), out.nbytes());
         return rope_backward(out, in[1], in[2]);
+      case Op::BiasAddGrad: {
+        Tensor grad = in[1];
+        return bias_add_backward(in[0], grad);
+      }
       case Op::AttentionGrad: {
         const int64_t nq = in[0].numel(), nk = in[1].numel();
         Tensor dq(out.storage(), out.offset(), in[0].shape(), DType::f32);

@@ -115,6 +115,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& out, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv);
 // dtable [V, H] += scatter of dy [N, H] at ids [N].
 void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable);
+// dbias [N] (f32) += sum over rows of dy f32 [M, N] (rows summed in double).
+void bias_add_backward(const Tensor& dy, Tensor& dbias);
 // Plain GEMMs for training: c [M, N] = a [M, K] @ b [K, N] with optional transposes, f32|bf16 in,
 // f32 out (or bf16 when beta = 0); beta = 1 accumulates into c. (dX = dY @ W; dW += dY^T @ X.)
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float beta, Tensor& c);

@@ -299,6 +299,16 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
   const int64_t slot_stride = a.hkv * a.d;
   for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += 16) {
     const int64_t nb = std::min<int64_t>(16, c.j_end - j0);
+    // The next block's K and V rows (all kv heads: contiguous per slot) into L2 while this one is
+    // computed: the cache is cold after the weight stream, and the per-head walk below is strided.
+    for (int64_t slot = j0 + 16; slot < std::min(j0 + 32, c.j_end); ++slot) {
+      const char* kr = reinterpret_cast<const char*>(k + (c.b * a.l + slot) * slot_stride);
+      const char* vr = reinterpret_cast<const char*>(v + (c.b * a.l + slot) * slot_stride);
+      for (int64_t off = 0; off < slot_stride * int64_t(sizeof(KT)); off += 64) {
+        _mm_prefetch(kr + off, _MM_HINT_T1);
+        _mm_prefetch(vr + off, _MM_HINT_T1);
+      }
+    }
     uint32_t base = 0;
     for (int64_t jj = 0; jj < nb; ++jj)
       if (mask[c.b * a.l + j0 + jj]) base |= 1u << jj;

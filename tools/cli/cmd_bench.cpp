@@ -29,6 +29,9 @@
 
 namespace {
 
+using kiln::cli::median;
+using kiln::cli::seconds_since;
+
 struct BenchFlags {
   std::string model_dir;
   int64_t batch = 1, prompt_tokens = 128, new_tokens = 64, repeats = 3;
@@ -36,16 +39,6 @@ struct BenchFlags {
   kiln::cli::ModelFlags model;
   bool json = false;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 void require_positive(int64_t v, const char* name) {
   if (v <= 0) throw kiln::Error(name, "must be positive, got " + std::to_string(v));

@@ -22,8 +22,12 @@
 #include "kiln/training/causal_lm_model.h"
 #include "kiln/training/optimizer.h"
 #include "tools/cli/command.h"
+#include "tools/cli/common.h"
 
 namespace {
+
+using kiln::cli::median;
+using kiln::cli::seconds_since;
 
 struct BenchTrainFlags {
   std::string model_dir;
@@ -31,16 +35,6 @@ struct BenchTrainFlags {
   uint64_t seed = 0;
   bool f32 = false, no_compile = false, json = false;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 kiln::cli::CommandRun setup_bench_train(CLI::App& cmd) {
   auto f = std::make_shared<BenchTrainFlags>();
@@ -109,7 +103,8 @@ kiln::cli::CommandRun setup_bench_train(CLI::App& cmd) {
         layers * (H * double(c.q_dim() + 2 * c.kv_dim()) + double(c.q_dim()) * H +
                   3.0 * H * double(c.intermediate_size)) +
         double(c.vocab_size) * H;
-    const double attn_flops = 3 * layers * 4 * double(c.num_attention_heads) * D * double(L + 1) / 2;
+    const double attn_flops =
+        3 * layers * 4 * double(c.num_attention_heads) * D * double(L + 1) / 2;
     const double flops_per_token = 6 * matmul_params + attn_flops;
     int64_t param_count = 0;
     for (const auto& p : params) param_count += p.value.numel();
@@ -154,7 +149,8 @@ kiln::cli::CommandRun setup_bench_train(CLI::App& cmd) {
               << median(clip_s) * 1e3 << " ms, AdamW " << median(optimizer_s) * 1e3 << " ms)\n"
               << "MFU:   " << 100 * tokens_per_s * flops_per_token / gemm_peak << "% of "
               << gemm_peak / 1e9 << " GFLOP/s (" << flops_per_token / 1e9 << " GFLOP per token)\n"
-              << "peak RSS " << double(kiln::peak_rss_bytes()) / 1e9 << " GB, loss " << loss << "\n";
+              << "peak RSS " << double(kiln::peak_rss_bytes()) / 1e9 << " GB, loss " << loss
+              << "\n";
     return 0;
   };
 }

@@ -1,6 +1,7 @@
 #include "tools/cli/common.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <filesystem>
 
 #include "kiln/core/error.h"
@@ -79,6 +80,16 @@ std::shared_ptr<tokenizer::Tokenizer> load_tokenizer_if_present(const std::strin
 
 nlohmann::json compile_stats_json(models::CausalLM& model) {
   return model.compile_cache().stats_json();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace kiln::cli

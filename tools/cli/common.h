@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -45,5 +46,9 @@ std::shared_ptr<tokenizer::Tokenizer> load_tokenizer_if_present(const std::strin
 
 // {"prefill": {"compiles": 1, "hits": 0, "compile_ms": 12.3}, ...}
 nlohmann::json compile_stats_json(models::CausalLM& model);
+
+// For the bench commands: seconds since t0, and the median of timings.
+double seconds_since(std::chrono::steady_clock::time_point t0);
+double median(std::vector<double> v);
 
 }  // namespace kiln::cli

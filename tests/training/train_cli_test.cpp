@@ -1,13 +1,16 @@
 // `kiln train` end to end on the golden batch: the losses and gradient norms Transformers' Trainer
 // logs (../shared/testdata/models/tiny.golden.jsonl, row train/f32) come out of trainer_state.json,
-// one train graph is compiled, and the final model folder loads back.
+// one train graph is compiled, and the final model folder loads back. On a terminal (a pty from
+// util-linux's `script`) the progress line is redrawn in place.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "kiln/models/causal_lm.h"
 
@@ -68,6 +71,38 @@ TEST(TrainCli, GoldenBatchThroughKilnTrain) {
   for (float v : m->weight("model.embed_tokens.weight").to_f32_vector()) sum += v;
   EXPECT_NEAR(sum, row["param_stats_after_step3"]["model.embed_tokens.weight"]["sum"].get<double>(),
               1e-3);
+  fs::remove_all(dir);
+}
+
+TEST(TrainCli, ProgressLineOnATerminal) {
+  int status = 0;
+  run("command -v script", &status);
+  if (status != 0) GTEST_SKIP() << "util-linux's script is not installed";
+  const fs::path dir = fs::temp_directory_path() / ("kiln_train_tty_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "train.txt") << "In the beginning God created the heaven and the earth.\n"
+                                      "And the earth was without form, and void.\n";
+  const std::string train = std::string(KILN_BINARY_DIR) + "/tools/cli/kiln train --model " +
+                            KILN_SHARED_DIR + "/testdata/models/tiny --data " +
+                            (dir / "train.txt").string() + " --output-dir " +
+                            (dir / "out").string() +
+                            " --max-length 16 --per-device-train-batch-size 1 --max-steps 4"
+                            " --logging-steps 2 --save-strategy no";
+  // script -e returns the command's status; the typescript file holds what the terminal showed.
+  const std::string typescript = (dir / "typescript").string();
+  run("script -qec '" + train + "' " + typescript, &status);
+  ASSERT_EQ(status, 0);
+  std::ifstream in(typescript);
+  const std::string screen((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Redrawn in place (carriage return + erase line), with step, percent, tokens/s and ETA.
+  EXPECT_NE(screen.find("\r\x1b[K1/4 [ 25%] loss "), std::string::npos) << screen;
+  EXPECT_NE(screen.find("\r\x1b[K4/4 [100%] loss "), std::string::npos) << screen;
+  EXPECT_NE(screen.find(" tok/s  ETA "), std::string::npos) << screen;
+  // Without a terminal the same run prints no progress line, only the JSON log lines.
+  const std::string plain = run(train, &status);
+  ASSERT_EQ(status, 0) << plain;
+  EXPECT_EQ(plain.find("\x1b[K"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("\"loss\":"), std::string::npos) << plain;
   fs::remove_all(dir);
 }
 

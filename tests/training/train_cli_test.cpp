@@ -106,4 +106,53 @@ TEST(TrainCli, ProgressLineOnATerminal) {
   fs::remove_all(dir);
 }
 
+// The Trainer's resume test uses a toy model; this one runs the real decoder through `kiln train`:
+// a run resumed from its step-2 checkpoint logs what the uninterrupted run logs for steps 3 and 4.
+TEST(TrainCli, ResumeEqualsUninterruptedOnTheTinyModel) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("kiln_train_resume_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream data(dir / "train.txt");
+    for (int i = 0; i < 8; ++i)
+      data << "Line " << i << " of a small text: and God saw that it was good, verse " << i * 7
+           << ".\n";
+  }
+  const std::string base = std::string(KILN_BINARY_DIR) + "/tools/cli/kiln train --model " +
+                           KILN_SHARED_DIR + "/testdata/models/tiny --data " +
+                           (dir / "train.txt").string() +
+                           " --max-length 16 --per-device-train-batch-size 2 --max-steps 4"
+                           " --logging-steps 1 --save-steps 2 --learning-rate 1e-3"
+                           " --lr-scheduler-type cosine --warmup-steps 1 --disable-tqdm";
+  int status = 0;
+  const std::string full_log = run(base + " --output-dir " + (dir / "full").string(), &status);
+  ASSERT_EQ(status, 0) << full_log;
+  const std::string resumed_log =
+      run(base + " --output-dir " + (dir / "resumed").string() + " --resume-from-checkpoint " +
+              (dir / "full" / "checkpoint-2").string(),
+          &status);
+  ASSERT_EQ(status, 0) << resumed_log;
+  // It did resume: the second run trained (and logged) steps 3 and 4 only.
+  EXPECT_EQ(resumed_log.find("\"step\":1}"), std::string::npos) << resumed_log;
+  EXPECT_NE(resumed_log.find("\"step\":3}"), std::string::npos) << resumed_log;
+  auto history = [&](const std::string& run_dir) {
+    auto state = nlohmann::json::parse(std::ifstream(dir / run_dir / "checkpoint-4" /
+                                                     "trainer_state.json"));
+    std::vector<std::pair<double, double>> steps;  // (loss, grad_norm) of the step entries
+    for (const auto& e : state["log_history"])
+      if (e.contains("loss"))
+        steps.emplace_back(e["loss"].get<double>(), e["grad_norm"].get<double>());
+    return steps;
+  };
+  const auto full = history("full"), resumed = history("resumed");
+  ASSERT_EQ(full.size(), 4u);
+  ASSERT_EQ(resumed.size(), 4u);  // steps 1-2 come from the checkpoint's log history
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(resumed[i].first, full[i].first, 1e-6 * full[i].first) << "loss of step " << i + 1;
+    EXPECT_NEAR(resumed[i].second, full[i].second, 1e-6 * full[i].second)
+        << "grad_norm of step " << i + 1;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace

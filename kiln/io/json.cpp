@@ -1,5 +1,8 @@
 #include "kiln/io/json.h"
 
+#include <cmath>
+#include <cstdint>
+
 #include "kiln/core/error.h"
 #include "kiln/io/atomic_file.h"
 
@@ -45,13 +48,23 @@ bool has(const Json& j, const std::string& field) {
 }
 }  // namespace
 
+std::optional<int64_t> as_int64(const Json& v) {
+  if (v.is_number_unsigned()) {  // above INT64_MAX it would wrap
+    if (v.get<uint64_t>() <= uint64_t(INT64_MAX)) return int64_t(v.get<uint64_t>());
+  } else if (v.is_number_integer()) {
+    return v.get<int64_t>();
+  } else if (v.is_number_float()) {
+    // fuzz_config found 1.6e27 here; 2^63 itself is just outside the range.
+    const double d = v.get<double>();
+    if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == std::floor(d))
+      return int64_t(d);
+  }
+  return std::nullopt;
+}
+
 int64_t get_int(const Json& j, const std::string& field, const std::string& where) {
   const Json& v = field_of(j, field, where);
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    double d = v.get<double>();
-    if (d == double(int64_t(d))) return int64_t(d);
-  }
+  if (auto i = as_int64(v)) return *i;
   wrong_type(where, field, "an integer", v);
 }
 

@@ -18,6 +18,9 @@ Json load_json(const std::string& path);  // kiln::Error naming the file, with l
 Json parse_json(const std::string& text, const std::string& where);
 
 // Field accessors: a missing field or one of the wrong type is kiln::Error("<where>: <field>").
+// v as an int64 if it is a whole number in int64's range (an integer, or a float such as 4.0),
+// else nullopt. Converting a float outside the range is undefined behaviour, hence the check.
+std::optional<int64_t> as_int64(const Json& v);
 int64_t get_int(const Json& j, const std::string& field, const std::string& where);
 double get_double(const Json& j, const std::string& field, const std::string& where);
 bool get_bool(const Json& j, const std::string& field, const std::string& where);

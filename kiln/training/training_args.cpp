@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "kiln/core/error.h"
+#include "kiln/io/json.h"
 
 namespace kiln::training {
 
@@ -79,13 +80,9 @@ void set_from_json(TA& a, const Field& f, const io::Json& v, const std::string& 
       [&](auto m) {
         using T = std::remove_cvref_t<decltype(a.*m)>;
         if constexpr (std::is_same_v<T, int64_t>) {
-          if (v.is_number_integer()) {
-            a.*m = v.get<int64_t>();
-          } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()) {
-            a.*m = int64_t(v.get<double>());
-          } else {
-            throw bad("an integer");
-          }
+          const auto i = io::as_int64(v);
+          if (!i) throw bad("an integer");
+          a.*m = *i;
         } else if constexpr (std::is_same_v<T, double>) {
           if (!v.is_number()) throw bad("a number");
           a.*m = v.get<double>();

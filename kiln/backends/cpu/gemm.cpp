@@ -1,7 +1,6 @@
 // gemm(): plain GEMMs for training (dX = dY @ W, dW += dY^T @ X). bf16 x bf16 runs kiln's own kernel
 // (gemm_bf16.cpp) where it applies; the rest goes through oneDNN matmul, with the transposes
 // expressed as strides (no copies) and beta as a sum post-op.
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -36,9 +35,7 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float be
     return;
   }
 
-  // KILN_GEMM_ONEDNN=1 sends everything to oneDNN (for bench/bench_gemm.cpp's comparison).
-  static const bool onednn_only = std::getenv("KILN_GEMM_ONEDNN") != nullptr;
-  if (!onednn_only && a.dtype() == DType::bf16 && b.dtype() == DType::bf16 &&
+  if (!detail::gemm_onednn_only() && a.dtype() == DType::bf16 && b.dtype() == DType::bf16 &&
       detail::gemm_bf16(static_cast<const uint16_t*>(a.raw()), trans_a,
                         static_cast<const uint16_t*>(b.raw()), trans_b, M, N, K, beta, c.raw(),
                         c.dtype() == DType::bf16))

@@ -163,28 +163,40 @@ PackedA pack_a(const uint16_t* a, int64_t lda, bool trans, int64_t m0, int64_t m
 // it.
 enum class Store { kSet, kAdd, kScaleAdd, kSetBf16, kStreamBf16 };
 
-// C[rows R, cols] (op)= acc, C at c with row stride ldc (elements).
+// Where and how one register tile lands in C: rows from c (row stride ldc elements), `cols` <= 64
+// columns; res (f32, same layout as an f32 C, or null) is added by the kSet* modes.
+struct TileOut {
+  void* c;
+  const float* res;
+  int64_t ldc, cols;
+  Store mode;
+  float beta;
+};
+
 template <int R>
-inline void store_tile(const __m512 (&acc)[R][4], void* c, int64_t ldc, int64_t cols, Store mode,
-                       float beta) {
-  const __m512 vbeta = _mm512_set1_ps(beta);
-  for (int j = 0; j < 4 && 16 * j < cols; ++j) {
-    const int64_t left = cols - 16 * j;
+inline void store_tile(const __m512 (&acc)[R][4], const TileOut& o) {
+  const __m512 vbeta = _mm512_set1_ps(o.beta);
+  for (int j = 0; j < 4 && 16 * j < o.cols; ++j) {
+    const int64_t left = o.cols - 16 * j;
     const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
     for (int r = 0; r < R; ++r) {
-      if (mode == Store::kSetBf16 || mode == Store::kStreamBf16) {
-        uint16_t* dst = static_cast<uint16_t*>(c) + r * ldc + 16 * j;
-        const __m256i h = (__m256i)_mm512_cvtneps_pbh(acc[r][j]);
-        if (mode == Store::kStreamBf16 && left >= 16 && reinterpret_cast<uintptr_t>(dst) % 32 == 0)
+      __m512 v = acc[r][j];
+      if (o.res && o.mode != Store::kAdd && o.mode != Store::kScaleAdd)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, o.res + r * o.ldc + 16 * j));
+      if (o.mode == Store::kSetBf16 || o.mode == Store::kStreamBf16) {
+        uint16_t* dst = static_cast<uint16_t*>(o.c) + r * o.ldc + 16 * j;
+        const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+        if (o.mode == Store::kStreamBf16 && left >= 16 &&
+            reinterpret_cast<uintptr_t>(dst) % 32 == 0)
           _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), h);
         else
           _mm256_mask_storeu_epi16(dst, mask, h);
         continue;
       }
-      float* dst = static_cast<float*>(c) + r * ldc + 16 * j;
-      __m512 v = acc[r][j];
-      if (mode == Store::kAdd) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, dst), v);
-      if (mode == Store::kScaleAdd) v = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(mask, dst), v);
+      float* dst = static_cast<float*>(o.c) + r * o.ldc + 16 * j;
+      if (o.mode == Store::kAdd) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, dst), v);
+      if (o.mode == Store::kScaleAdd)
+        v = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(mask, dst), v);
       _mm512_mask_storeu_ps(dst, mask, v);
     }
   }
@@ -194,17 +206,17 @@ inline void store_tile(const __m512 (&acc)[R][4], void* c, int64_t ldc, int64_t 
 // times one packed 64-column B panel, over `pairs` k pairs, stored into C.
 template <int R>
 void micro_tile(int64_t pairs, const uint16_t* a, int64_t a_rs, int64_t a_ps, const uint16_t* bp,
-                void* c, int64_t ldc, int64_t cols, Store mode, float beta) {
+                const TileOut& out) {
   __m512 acc[R][4];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-  if (mode == Store::kAdd || mode == Store::kScaleAdd) {
-    // The tile of C read at the end: start fetching it now, so a short K (a weight gradient over
-    // 128 tokens) does not wait for memory once per tile.
+  if (out.mode == Store::kAdd || out.mode == Store::kScaleAdd || out.res) {
+    // The f32 tile read at the end (C or the residual): start fetching it now, so a short K (a
+    // weight gradient over 128 tokens) does not wait for memory once per tile.
+    const float* f = out.res ? out.res : static_cast<const float*>(out.c);
     for (int r = 0; r < R; ++r)
-      for (int64_t col = 0; col < cols; col += 16)
-        _mm_prefetch(reinterpret_cast<const char*>(static_cast<const float*>(c) + r * ldc + col),
-                     _MM_HINT_T0);
+      for (int64_t col = 0; col < out.cols; col += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(f + r * out.ldc + col), _MM_HINT_T0);
   }
   for (int64_t p = 0; p < pairs; ++p, a += a_ps, bp += 2 * kNR) {
     const __m512bh b0 = as_bh(_mm512_load_si512(bp)), b1 = as_bh(_mm512_load_si512(bp + 32));
@@ -217,11 +229,11 @@ void micro_tile(int64_t pairs, const uint16_t* a, int64_t a_rs, int64_t a_ps, co
       acc[r][3] = _mm512_dpbf16_ps(acc[r][3], b3, x);
     }
   }
-  store_tile<R>(acc, c, ldc, cols, mode, beta);
+  store_tile<R>(acc, out);
 }
 
-using TileFn = void (*)(int64_t, const uint16_t*, int64_t, int64_t, const uint16_t*, void*, int64_t,
-                        int64_t, Store, float);
+using TileFn = void (*)(int64_t, const uint16_t*, int64_t, int64_t, const uint16_t*,
+                        const TileOut&);
 constexpr TileFn kTiles[kMR + 1] = {nullptr,       micro_tile<1>, micro_tile<2>, micro_tile<3>,
                                     micro_tile<4>, micro_tile<5>, micro_tile<6>};
 
@@ -236,6 +248,11 @@ struct Problem {
   float beta;
   void* c;
   bool c_bf16;
+  // B already packed for the whole K (a linear layer's weights, BA16a64b2a): 64-column panel j
+  // starts at b_packed + j * b_panel_stride, k pair p at + 128 * p. b and ldb are then unused.
+  const uint16_t* b_packed = nullptr;
+  int64_t b_panel_stride = 0;
+  const float* res = nullptr;  // f32 [M, N] added to the product (may be c itself)
 };
 
 // Untransposed A with even K: a row's k pairs are 32-bit words in place, no packing needed.
@@ -248,8 +265,12 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   const int64_t pairs_max = (kc_max + 1) / 2;
   const size_t elt = P.c_bf16 ? 2 : 4;
   static const PairInterleave il;
-  auto* bp = static_cast<uint16_t*>(
-      thread_scratch(kScratchB, size_t(pairs_max * round_up(std::min(kNC, n1 - n0), kNR) * 4)));
+  auto* bp = P.b_packed
+                 ? nullptr
+                 : static_cast<uint16_t*>(thread_scratch(
+                       kScratchB, size_t(pairs_max * round_up(std::min(kNC, n1 - n0), kNR) * 4)));
+  // A residual that is C itself (f32) is the accumulate mode; a separate one is read per tile.
+  const bool res_in_place = P.res && P.res == P.c;
   auto* ap = in_place ? nullptr
                       : static_cast<uint16_t*>(thread_scratch(
                             kScratchA, size_t(pairs_max * std::min(kMC, m1 - m0) * 4)));
@@ -260,11 +281,12 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
       Store mode = Store::kAdd;
       if (pc == 0) {
         mode = P.c_bf16 ? (P.M * P.N * 2 > kStreamBytes ? Store::kStreamBf16 : Store::kSetBf16)
+               : res_in_place  ? Store::kAdd
                : P.beta == 0.f ? Store::kSet
                : P.beta == 1.f ? Store::kAdd
                                : Store::kScaleAdd;
       }
-      pack_b(P.b, P.ldb, P.trans_b, pc, kc, jc, nc, bp, il);
+      if (!P.b_packed) pack_b(P.b, P.ldb, P.trans_b, pc, kc, jc, nc, bp, il);
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t mc = std::min(kMC, m1 - ic);
         // Where row r's k pair p is: in place in A, or in the packed block.
@@ -275,19 +297,56 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
         else
           layout = pack_a(P.a, P.lda, P.trans_a, ic, mc, pc, kc, ap, il);
         for (int64_t jr = 0; jr < nc; jr += kNR) {
-          const uint16_t* bpanel = bp + (jr / kNR) * pairs * 2 * kNR;
+          const uint16_t* bpanel =
+              P.b_packed ? P.b_packed + ((jc + jr) / kNR) * P.b_panel_stride + pc * kNR
+                         : bp + (jr / kNR) * pairs * 2 * kNR;
           const int64_t cols = std::min(kNR, nc - jr);
           for (int64_t ir = 0; ir < mc; ir += kMR) {
             const int64_t rows = std::min<int64_t>(kMR, mc - ir);
-            void* c = static_cast<char*>(P.c) + ((ic + ir) * P.N + jc + jr) * elt;
+            const int64_t at = (ic + ir) * P.N + jc + jr;
+            const TileOut out{static_cast<char*>(P.c) + at * elt,
+                              pc == 0 && P.res && !res_in_place ? P.res + at : nullptr,
+                              P.N,
+                              cols,
+                              mode,
+                              P.beta};
             kTiles[rows](pairs, a_block + ir * layout.row_stride, layout.row_stride,
-                         layout.pair_stride, bpanel, c, P.N, cols, mode, P.beta);
+                         layout.pair_stride, bpanel, out);
           }
         }
       }
     }
   }
   _mm_sfence();  // non-temporal stores are visible to other threads after this
+}
+
+}  // namespace
+
+namespace {
+
+// Runs P on all threads: C's columns are split when A is read in place (each thread packs only its
+// own B columns), its rows when A is packed (each thread packs only its own A rows); a side too
+// narrow to split is not.
+void run(const Problem& P) {
+  const int threads = num_threads();
+  if (threads <= 1 || P.M * P.N * P.K < (int64_t(1) << 21)) {
+    gemm_part(P, 0, P.M, 0, P.N);
+    return;
+  }
+  bool split_n = reads_a_in_place(P) ? P.N >= threads * kNR : P.M < threads * kMR;
+  if (split_n && P.N < threads * kNR) split_n = false;
+  const int64_t extent = split_n ? P.N : P.M, step = split_n ? kNR : kMR;
+  const int64_t chunk = round_up((extent + threads - 1) / threads, step);
+  parallel_for(threads, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t lo = std::min(extent, t * chunk), hi = std::min(extent, lo + chunk);
+      if (lo >= hi) continue;
+      if (split_n)
+        gemm_part(P, 0, P.M, lo, hi);
+      else
+        gemm_part(P, lo, hi, 0, P.N);
+    }
+  });
 }
 
 }  // namespace
@@ -299,29 +358,18 @@ bool gemm_bf16(const uint16_t* a, bool trans_a, const uint16_t* b, bool trans_b,
   // packed panel: at M = 128 oneDNN ran the forward of every Qwen3-0.6B linear 1.4-1.7x faster,
   // at M = 512 and 1024 this kernel is ahead (bench/bench_gemm.cpp).
   if (trans_b && M < kMinRowsForPackedTransB) return false;
-  const Problem P{a, trans_a ? M : K, trans_a, b, trans_b ? K : N, trans_b, M, N, K, beta,
-                  c, c_bf16};
-  const int threads = num_threads();
-  if (threads <= 1 || M * N * K < (int64_t(1) << 21)) {
-    gemm_part(P, 0, M, 0, N);
-    return true;
-  }
-  // Split C's columns when A is read in place (each thread packs only its own B columns), its rows
-  // when A is packed (each thread packs only its own A rows); fall back when a side is too narrow.
-  bool split_n = reads_a_in_place(P) ? N >= threads * kNR : M < threads * kMR;
-  if (split_n && N < threads * kNR) split_n = false;
-  const int64_t extent = split_n ? N : M, step = split_n ? kNR : kMR;
-  const int64_t chunk = round_up((extent + threads - 1) / threads, step);
-  parallel_for(threads, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t lo = std::min(extent, t * chunk), hi = std::min(extent, lo + chunk);
-      if (lo >= hi) continue;
-      if (split_n)
-        gemm_part(P, 0, M, lo, hi);
-      else
-        gemm_part(P, lo, hi, 0, N);
-    }
-  });
+  run(Problem{a, trans_a ? M : K, trans_a, b, trans_b ? K : N, trans_b, M, N, K, beta, c, c_bf16});
+  return true;
+}
+
+bool gemm_bf16_packed(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N,
+                      void* y, bool y_bf16, const float* residual) {
+  if (Kp == 0 || Kp % 2 || (y_bf16 && Kp > kMaxBf16K)) return false;
+  Problem P{xb, Kp, false, nullptr, 0, false, M, N, Kp, 0.f, y, y_bf16};
+  P.b_packed = w;
+  P.b_panel_stride = Kp * kNR;
+  P.res = residual;
+  run(P);
   return true;
 }
 

@@ -205,8 +205,10 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor
   }
   if (M == 0) return;
 
-  if (w.compute_ == DType::bf16 && M <= kGemvMaxM && detail::gemv_bf16_available()) {
-    // Decode: x to bf16 once, zero-padded to Kp, then stream the weights.
+  if (w.compute_ == DType::bf16 && detail::gemv_bf16_available()) {
+    // x to bf16 once, zero-padded to Kp, then decode streams the weights (GEMV) and prefill runs
+    // kiln's GEMM kernel on them in place (faster than oneDNN's brgemm on this layout at every
+    // prefill shape measured: docs/notes/cpu-gemm.md).
     const int64_t kp = w.kp_;
     auto* xb = static_cast<uint16_t*>(detail::thread_scratch(1, size_t(M * kp) * 2));
     for (int64_t m = 0; m < M; ++m) {
@@ -214,12 +216,16 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor
       convert(src, x.dtype(), xb + m * kp, DType::bf16, K);
       std::fill(xb + m * kp + K, xb + (m + 1) * kp, uint16_t(0));
     }
-    detail::gemv_bf16(xb, M, kp, static_cast<const uint16_t*>(w.buf_->ptr), N, y.raw(),
-                      y.dtype() == DType::bf16, res);
-    return;
+    const auto* wp = static_cast<const uint16_t*>(w.buf_->ptr);
+    const bool y_bf16 = y.dtype() == DType::bf16;
+    if (M <= kGemvMaxM) return detail::gemv_bf16(xb, M, kp, wp, N, y.raw(), y_bf16, res);
+    if (!detail::gemm_onednn_only() &&
+        detail::gemm_bf16_packed(xb, M, kp, wp, N, y.raw(), y_bf16, res))
+      return;
   }
 
-  // Prefill: oneDNN matmul on the packed weights, residual fused as a post-op.
+  // oneDNN matmul on the packed weights, residual fused as a post-op: f32 compute, and bf16 where
+  // kiln's kernels do not apply.
   const void* src = x.raw();
   if (x.dtype() != w.compute_) {
     void* tmp = detail::thread_scratch(1, size_t(M * K) * dtype_size(w.compute_));

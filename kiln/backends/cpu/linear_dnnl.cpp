@@ -50,6 +50,11 @@ struct ScratchSlot {
 };
 }  // namespace
 
+bool gemm_onednn_only() {
+  static const bool set = std::getenv("KILN_GEMM_ONEDNN") != nullptr;
+  return set;
+}
+
 void* thread_scratch(int slot, size_t bytes) {
   thread_local std::vector<ScratchSlot> slots;
   if (size_t(slot) >= slots.size()) slots.resize(slot + 1);

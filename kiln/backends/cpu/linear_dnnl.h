@@ -87,6 +87,15 @@ void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int
 // bf16 c with beta != 0 or K > 4096): the caller then uses oneDNN. See gemm_bf16.cpp.
 bool gemm_bf16(const uint16_t* a, bool trans_a, const uint16_t* b, bool trans_b, int64_t M,
                int64_t N, int64_t K, float beta, void* c, bool c_bf16);
+// KILN_GEMM_ONEDNN=1 in the environment sends every GEMM (training and prefill) to oneDNN instead of
+// gemm_bf16: the comparison in bench/bench_gemm.cpp and docs/notes/cpu-gemm.md.
+bool gemm_onednn_only();
+
+// The same kernel on weights already packed in the layout above (no packing at all):
+// y[M, N] = xb[M, Kp] (bf16, zero past K) x W^T (+ residual, f32 [M, N], may alias an f32 y).
+// Returns false where it does not apply (no AVX512_BF16, odd Kp, a bf16 y with Kp > 4096).
+bool gemm_bf16_packed(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N,
+                      void* y, bool y_bf16, const float* residual);
 
 // Whether gemv_bf16 is compiled with AVX512_BF16 (otherwise linear() uses oneDNN for every M).
 bool gemv_bf16_available();

@@ -244,15 +244,18 @@ TEST_P(GradOps, MatchesFiniteDifferences) {
 }
 INSTANTIATE_TEST_SUITE_P(Cpu, GradOps, ::testing::ValuesIn(for_each_dtype(grad_cases())), param_name);
 
-// Larger attention backward (blocks of real size) against the same double reference's gradient
-// for dv only (linear in v, so the exact derivative is cheap: dv_j = sum_i p_ij dout_i).
+// Larger attention backward: 300 queries cross the kernel's 128-query blocks twice, GQA (2 query
+// heads per kv head), left padding of 3. Checked against the double reference: <dv, v> equals
+// <dout, out> exactly (linear in v), and the directional derivatives along random directions of q
+// and k match finite differences.
 TEST(AttentionBackward, LargerShapeDvAndDqConsistent) {
-  const int64_t b = 1, t = 40, hq = 2, hkv = 1, d = 32;
+  const int64_t b = 1, t = 300, hq = 4, hkv = 2, d = 32;
   Tensor q = random_tensor({b, t, hq, d}, DType::f32, 71);
   Tensor k = random_tensor({b, t, hkv, d}, DType::f32, 72);
   Tensor v = random_tensor({b, t, hkv, d}, DType::f32, 73);
   Tensor dout = random_tensor({b, t, hq, d}, DType::f32, 74);
   std::vector<int32_t> m(size_t(t), 1);
+  m[0] = m[1] = m[2] = 0;
   Tensor mask = Tensor::from_vector(m, {b, t});
   Tensor out = Tensor::empty(q.shape(), DType::f32);
   cpu::attention(q, k, v, mask, 0, out);
@@ -263,15 +266,21 @@ TEST(AttentionBackward, LargerShapeDvAndDqConsistent) {
   // <dout, out> is linear in v, so <dv, v> equals it exactly.
   const double lin = attention_loss(b, t, t, hq, hkv, d, qv, kv, vv, m, g);
   EXPECT_NEAR(dot(to_double(dv), vv), lin, 1e-4 * std::abs(lin) + 1e-5);
-  // Directional derivative along q (random direction) by finite differences.
-  const std::vector<double> dir = to_double(random_tensor(q.shape(), DType::f32, 75));
-  auto at = [&](double eps) {
-    std::vector<double> qs = qv;
-    for (size_t i = 0; i < qs.size(); ++i) qs[i] += eps * dir[i];
-    return attention_loss(b, t, t, hq, hkv, d, qs, kv, vv, m, g);
+  // Directional derivatives along q and k (random directions) by central finite differences.
+  const std::vector<double> dir_q = to_double(random_tensor(q.shape(), DType::f32, 75));
+  const std::vector<double> dir_k = to_double(random_tensor(k.shape(), DType::f32, 76));
+  auto along = [&](const std::vector<double>& dir, bool of_q) {
+    auto at = [&](double eps) {
+      std::vector<double> x = of_q ? qv : kv;
+      for (size_t i = 0; i < x.size(); ++i) x[i] += eps * dir[i];
+      return of_q ? attention_loss(b, t, t, hq, hkv, d, x, kv, vv, m, g)
+                  : attention_loss(b, t, t, hq, hkv, d, qv, x, vv, m, g);
+    };
+    return (at(1e-4) - at(-1e-4)) / 2e-4;
   };
-  const double fd = (at(1e-4) - at(-1e-4)) / 2e-4;
-  EXPECT_NEAR(dot(to_double(dq), dir), fd, 1e-4 * std::abs(fd) + 1e-4);
+  const double fd_q = along(dir_q, true), fd_k = along(dir_k, false);
+  EXPECT_NEAR(dot(to_double(dq), dir_q), fd_q, 1e-4 * std::abs(fd_q) + 1e-4);
+  EXPECT_NEAR(dot(to_double(dk), dir_k), fd_k, 1e-4 * std::abs(fd_k) + 1e-4);
 }
 
 }  // namespace

@@ -3,17 +3,12 @@
 
 #include <cstdio>
 #include <string>
+#include "tests/support.h"
 
 namespace {
 
 std::string run(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *status = pclose(p);
-  return out;
+  return kiln::test_support::run_command(cmd + " 2>&1", status);
 }
 
 const std::string kChat = std::string(KILN_BINARY_DIR) + "/tools/cli/kiln chat " +

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include "tests/support.h"
 
 namespace {
 
@@ -73,13 +74,9 @@ Result kiln(const std::string& args) {
   TempDir tmp;
   const std::string err_file = tmp.path() + "/stderr";
   Result r;
-  FILE* p = popen((quote(kKiln) + " " + args + " 2>" + quote(err_file)).c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  int st = -1;
+  r.out = kiln::test_support::run_command(quote(kKiln) + " " + args + " 2>" + quote(err_file), &st);
+  r.status = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   std::ifstream e(err_file);
   std::stringstream ss;
   ss << e.rdbuf();
@@ -87,15 +84,7 @@ Result kiln(const std::string& args) {
   return r;
 }
 
-std::vector<nlohmann::json> prompt_rows() {
-  std::ifstream in(std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl");
-  std::vector<nlohmann::json> rows;
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "prompt") rows.push_back(j);
-  }
-  return rows;
-}
+std::vector<nlohmann::json> prompt_rows() { return kiln::test_support::tiny_golden_rows("prompt"); }
 
 std::string ids_arg(const std::vector<int32_t>& ids) {
   std::string s;

@@ -8,22 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "tests/support.h"
 
 namespace {
 
 const std::string kTiny = std::string(KILN_SHARED_DIR) + "/testdata/models/tiny";
 constexpr int32_t kPad = 151643;
 
-std::vector<nlohmann::json> prompt_rows() {
-  std::ifstream in(std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl");
-  std::vector<nlohmann::json> rows;
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "prompt") rows.push_back(j);
-  }
-  return rows;
-}
+std::vector<nlohmann::json> prompt_rows() { return kiln::test_support::tiny_golden_rows("prompt"); }
 
 kiln::GenerationConfig greedy(int64_t n, const kiln::models::CausalLM& m) {
   auto cfg = kiln::GenerationConfig::from_pretrained(kTiny, m.config());

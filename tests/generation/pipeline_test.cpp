@@ -10,20 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "tests/support.h"
 
 namespace {
 
 const std::string kTiny = std::string(KILN_SHARED_DIR) + "/testdata/models/tiny";
 
-std::vector<nlohmann::json> prompt_rows() {
-  std::ifstream in(std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl");
-  std::vector<nlohmann::json> rows;
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "prompt") rows.push_back(j);
-  }
-  return rows;
-}
+std::vector<nlohmann::json> prompt_rows() { return kiln::test_support::tiny_golden_rows("prompt"); }
 
 int64_t compiles(kiln::models::CausalLM& m) {
   int64_t n = 0;

@@ -8,20 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/models/causal_lm.h"
+#include "tests/support.h"
 
 namespace {
 
 const std::string kTiny = std::string(KILN_SHARED_DIR) + "/testdata/models/tiny";
 
 std::vector<nlohmann::json> golden_rows(const std::string& kind) {
-  std::ifstream in(std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl");
-  std::vector<nlohmann::json> rows;
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == kind) rows.push_back(j);
-  }
-  return rows;
+  return kiln::test_support::tiny_golden_rows(kind);
 }
 
 // Logits of every position of one prompt, [T, V].

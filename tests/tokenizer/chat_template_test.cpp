@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "tests/support.h"
 
 namespace kt = kiln::tokenizer;
 using OJ = nlohmann::ordered_json;
@@ -420,24 +421,17 @@ TEST(ChatTemplate, CliPrintsTheRenderingExactly) {
                       shared("models/qwen3-tokenizer") + " --messages " +
                       (dir.path / "messages.json").string() + gen_arg + tools_arg + " --kwargs \"$(cat " +
                       (dir.path / "kwargs.json").string() + ")\"";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    EXPECT_EQ(pclose(p), 0);
+    int status = -1;
+    const std::string out = kiln::test_support::run_command(cmd, &status);
+    EXPECT_EQ(status, 0);
     EXPECT_EQ(out, row["rendered"].get<std::string>());
   }
   // A bad messages file is a one-line error and exit status 1.
   std::string cmd = std::string(KILN_BINARY_DIR) + "/tools/cli/kiln apply-chat-template " +
                     shared("models/qwen3-tokenizer") + " --messages /nonexistent.json 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(WEXITSTATUS(pclose(p)), 1);
+  int status = -1;
+  const std::string out = kiln::test_support::run_command(cmd, &status);
+  ASSERT_NE(status, -1);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
   EXPECT_NE(out.find("--messages /nonexistent.json"), std::string::npos) << out;
 }

@@ -16,6 +16,7 @@
 #include "kiln/tokenizer/tokenizer.h"
 #include "kiln/tokenizer/tokenizer_json.h"
 #include "kiln/tokenizer/unicode.h"
+#include "tests/support.h"
 
 namespace kiln::tokenizer {
 namespace {
@@ -339,16 +340,7 @@ TEST(Unicode, LossyUtf8MaximalSubparts) {
   EXPECT_EQ(utf8_incomplete_tail("ab\xE6\x97\xA5"), 0u);
 }
 
-std::string run(const std::string& cmd) {
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  pclose(f);
-  return out;
-}
+std::string run(const std::string& cmd) { return kiln::test_support::run_command(cmd); }
 
 TEST(Cli, TokenizeAndDetokenize) {
   const std::string kiln_bin = std::string(KILN_BINARY_DIR) + "/tools/cli/kiln";

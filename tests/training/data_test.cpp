@@ -8,6 +8,7 @@
 #include "kiln/core/error.h"
 #include "kiln/io/json.h"
 #include "toy_model.h"
+#include "tests/support.h"
 
 namespace kiln::training {
 namespace {
@@ -138,15 +139,10 @@ TEST(Data, PackingFillsFullBlocksJoinedByEos) {
 
 TEST(Data, GoldenTrainBatchCollatesIdentically) {
   // The golden batch: four texts right-padded to 32 with 151643, labels -100 on padding.
-  std::ifstream in(std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl");
-  ASSERT_TRUE(in) << "golden file missing";
-  std::string line;
   io::Json golden;
-  while (std::getline(in, line)) {
-    io::Json j = io::Json::parse(line);
-    if (j.value("kind", "") == "train" && j.value("mode", "") == "f32") golden = j;
-  }
-  ASSERT_FALSE(golden.is_null());
+  for (const auto& j : test_support::tiny_golden_rows("train"))
+    if (j.value("mode", "") == "f32") golden = j;
+  ASSERT_FALSE(golden.is_null()) << "no train/f32 row in the golden file";
   std::vector<Example> examples;
   for (size_t i = 0; i < golden["input_ids"].size(); ++i) {
     Example e;

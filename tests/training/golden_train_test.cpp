@@ -9,18 +9,15 @@
 
 #include "kiln/training/causal_lm_model.h"
 #include "kiln/training/optimizer.h"
+#include "tests/support.h"
 
 namespace {
 
 const std::string kTiny = std::string(KILN_SHARED_DIR) + "/testdata/models/tiny";
 
 nlohmann::json train_row(const std::string& mode) {
-  std::ifstream in(std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "train" && j["mode"] == mode) return j;
-  }
+  for (const auto& j : kiln::test_support::tiny_golden_rows("train"))
+    if (j["mode"] == mode) return j;
   return {};
 }
 

@@ -9,6 +9,7 @@
 #include "kiln/io/json.h"
 #include "kiln/training/schedule.h"
 #include "toy_model.h"
+#include "tests/support.h"
 
 namespace kiln::training {
 namespace {
@@ -17,14 +18,9 @@ Tensor f32(const std::vector<float>& v, const Shape& s) { return Tensor::from_ve
 
 TEST(Schedule, LinearMatchesGoldenLearningRates) {
   // tiny.golden.jsonl: lr 1e-3, linear over 3 steps, no warmup; the LR each step used.
-  std::ifstream in(std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl");
-  ASSERT_TRUE(in);
-  std::string line;
   int rows = 0;
   LrSchedule s("linear", 1e-3, 0, 3);
-  while (std::getline(in, line)) {
-    io::Json j = io::Json::parse(line);
-    if (j.value("kind", "") != "train") continue;
+  for (const auto& j : test_support::tiny_golden_rows("train")) {
     ++rows;
     for (size_t i = 0; i < j["steps"].size(); ++i)
       EXPECT_NEAR(s.lr(int64_t(i)), j["steps"][i]["lr"].get<double>(), 1e-15) << "step " << i;

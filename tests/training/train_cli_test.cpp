@@ -13,28 +13,20 @@
 #include <string>
 
 #include "kiln/models/causal_lm.h"
+#include "tests/support.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
 std::string run(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *status = pclose(p);
-  return out;
+  return kiln::test_support::run_command(cmd + " 2>&1", status);
 }
 
 TEST(TrainCli, GoldenBatchThroughKilnTrain) {
   nlohmann::json row;
-  std::ifstream in(std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "train" && j["mode"] == "f32") row = j;
-  }
+  for (const auto& j : kiln::test_support::tiny_golden_rows("train"))
+    if (j["mode"] == "f32") row = j;
   ASSERT_FALSE(row.is_null());
   const fs::path dir = fs::temp_directory_path() / ("kiln_train_cli_" + std::to_string(getpid()));
   fs::create_directories(dir);

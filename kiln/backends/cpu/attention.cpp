@@ -674,16 +674,7 @@ void batched_matmul(const void* src, const dnnl::memory::dims& src_strides, cons
   for (int64_t v : {batch, m, k, n}) key += std::to_string(v) + ",";
   for (int64_t v : src_strides) key += std::to_string(v) + ",";
   for (int64_t v : wei_strides) key += std::to_string(v) + ",";
-  const auto& mm = detail::matmul_cache().get(key, [&] {
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr,
-                                        detail::dnnl_engine());
-  });
-  auto& eng = detail::dnnl_engine();
-  detail::run_matmul(mm, {{DNNL_ARG_SRC, memory(a_md, eng, const_cast<void*>(src))},
-                          {DNNL_ARG_WEIGHTS, memory(b_md, eng, const_cast<void*>(wei))},
-                          {DNNL_ARG_DST, memory(c_md, eng, dst)}});
+  detail::run_strided_matmul(key, a_md, src, b_md, wei, c_md, dst);
 }
 
 // Writes x as hi = bf16(x) and lo = bf16(x - hi) (masked lanes).

@@ -60,26 +60,11 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float be
   const memory::desc a_md({M, K}, dt, trans_a ? memory::dims{1, M} : memory::dims{K, 1});
   const memory::desc b_md({K, N}, dt, trans_b ? memory::dims{1, K} : memory::dims{N, 1});
   const memory::desc c_md({M, N}, detail::to_dnnl(c.dtype()), memory::format_tag::ab);
-  uint32_t beta_bits;
-  std::memcpy(&beta_bits, &beta, 4);
   const std::string key = "gemm:" + std::to_string(M) + "," + std::to_string(N) + "," +
                           std::to_string(K) + "," + std::to_string(int(trans_a)) +
                           std::to_string(int(trans_b)) + "," + std::string(dtype_name(t)) + "," +
-                          std::string(dtype_name(c.dtype())) + "," +
-                          std::to_string(beta_bits);
-  const auto& mm = detail::matmul_cache().get(key, [&] {
-    dnnl::post_ops po;
-    if (beta != 0.f) po.append_sum(beta);
-    dnnl::primitive_attr attr;
-    attr.set_post_ops(po);
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr,
-                                        detail::dnnl_engine());
-  });
-  auto& eng = detail::dnnl_engine();
-  detail::run_matmul(mm, {{DNNL_ARG_SRC, memory(a_md, eng, const_cast<void*>(pa))},
-                          {DNNL_ARG_WEIGHTS, memory(b_md, eng, const_cast<void*>(pb))},
-                          {DNNL_ARG_DST, memory(c_md, eng, c.raw())}});
+                          std::string(dtype_name(c.dtype()));
+  detail::run_strided_matmul(key, a_md, pa, b_md, pb, c_md, c.raw(), beta);
 }
 
 }  // namespace kiln::cpu

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "kiln/core/error.h"
@@ -78,6 +79,25 @@ void run_matmul(const CachedMatmul& m, std::unordered_map<int, dnnl::memory> arg
   }
   m.prim.execute(stream, args);
   stream.wait();
+}
+
+void run_strided_matmul(const std::string& key, const dnnl::memory::desc& a, const void* pa,
+                        const dnnl::memory::desc& b, const void* pb, const dnnl::memory::desc& c,
+                        void* pc, float beta) {
+  uint32_t beta_bits;
+  std::memcpy(&beta_bits, &beta, 4);
+  const auto& mm = matmul_cache().get(key + ",beta" + std::to_string(beta_bits), [&] {
+    dnnl::post_ops po;
+    if (beta != 0.f) po.append_sum(beta);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, dnnl_engine());
+  });
+  auto& eng = dnnl_engine();
+  run_matmul(mm, {{DNNL_ARG_SRC, dnnl::memory(a, eng, const_cast<void*>(pa))},
+                  {DNNL_ARG_WEIGHTS, dnnl::memory(b, eng, const_cast<void*>(pb))},
+                  {DNNL_ARG_DST, dnnl::memory(c, eng, pc)}});
 }
 
 dnnl::memory::data_type to_dnnl(DType t) {

@@ -50,6 +50,13 @@ MatmulCache& matmul_cache();
 // Executes `m` with `args` (plus a per-thread scratchpad) on a per-thread stream and waits.
 void run_matmul(const CachedMatmul& m, std::unordered_map<int, dnnl::memory> args);
 
+// c = a x b (+ beta * c) on oneDNN matmul for operands given as memory descriptors (strides
+// express transposes and batches), with the primitive cached under `key`, which must identify the
+// descriptors (beta is added to it here). For gemm() and the attention's batched GEMMs.
+void run_strided_matmul(const std::string& key, const dnnl::memory::desc& a, const void* pa,
+                        const dnnl::memory::desc& b, const void* pb, const dnnl::memory::desc& c,
+                        void* pc, float beta = 0.f);
+
 // A per-thread growable scratch buffer (64-byte aligned); `slot` separates simultaneous uses.
 // Grown buffers are kept, so steady-state calls never allocate.
 void* thread_scratch(int slot, size_t bytes);

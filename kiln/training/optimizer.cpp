@@ -49,7 +49,8 @@ AdamW::AdamW(const std::vector<Parameter>& params, AdamWOptions options) : opt_(
   }
 }
 
-void AdamW::step(std::vector<Parameter>& params, const std::vector<Tensor>& grads, double lr) {
+void AdamW::step(std::vector<Parameter>& params, const std::vector<Tensor>& grads, double lr,
+                 float grad_scale) {
   KILN_CHECK(params.size() == exp_avg_.size() && grads.size() == params.size(),
              "AdamW::step: parameter count changed");
   ++step_;
@@ -82,8 +83,9 @@ void AdamW::step(std::vector<Parameter>& params, const std::vector<Tensor>& grad
           const __m512 vb2 = _mm512_set1_ps(beta2), vomb2 = _mm512_set1_ps(one_minus_beta2);
           const __m512 vbc2 = _mm512_set1_ps(bc2_sqrt), veps = _mm512_set1_ps(eps);
           const __m512 vstep = _mm512_set1_ps(-step_size), vdecay = _mm512_set1_ps(decay_factor);
+          const __m512 vgs = _mm512_set1_ps(grad_scale);
           for (; k + 16 <= e; k += 16) {
-            const __m512 gk = _mm512_loadu_ps(g + k);
+            const __m512 gk = _mm512_mul_ps(_mm512_loadu_ps(g + k), vgs);
             const __m512 mk =
                 _mm512_fmadd_ps(_mm512_loadu_ps(m + k), vb1, _mm512_mul_ps(gk, vomb1));
             const __m512 vk = _mm512_fmadd_ps(_mm512_loadu_ps(v + k), vb2,
@@ -99,8 +101,9 @@ void AdamW::step(std::vector<Parameter>& params, const std::vector<Tensor>& grad
           }
 #endif
           for (; k < e; ++k) {
-            const float mk = std::fma(m[k], beta1, g[k] * one_minus_beta1);
-            const float vk = std::fma(v[k], beta2, one_minus_beta2 * (g[k] * g[k]));
+            const float gk = g[k] * grad_scale;
+            const float mk = std::fma(m[k], beta1, gk * one_minus_beta1);
+            const float vk = std::fma(v[k], beta2, one_minus_beta2 * (gk * gk));
             m[k] = mk;
             v[k] = vk;
             const float denom = std::sqrt(vk) / bc2_sqrt + eps;
@@ -177,12 +180,16 @@ double global_grad_norm(const std::vector<Tensor>& grads) {
   return std::sqrt(total);
 }
 
+float clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0 || !std::isfinite(norm)) return 1.0f;
+  const double coef = max_norm / (norm + 1e-6);
+  return coef >= 1.0 ? 1.0f : float(coef);
+}
+
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {
   double norm = global_grad_norm(grads);
-  if (max_norm <= 0 || !std::isfinite(norm)) return norm;
-  double coef = max_norm / (norm + 1e-6);
-  if (coef >= 1.0) return norm;
-  const float c = float(coef);
+  const float c = clip_coefficient(norm, max_norm);
+  if (c == 1.0f) return norm;
   for (auto& g : grads) {
     float* x = g.data<float>();
     parallel_for(

@@ -41,8 +41,11 @@ class AdamW {
  public:
   AdamW(const std::vector<Parameter>& params, AdamWOptions options);
 
-  // One update of every parameter with its gradient (same order and shapes as at construction).
-  void step(std::vector<Parameter>& params, const std::vector<Tensor>& grads, double lr);
+  // One update of every parameter with its gradient (same order and shapes as at construction),
+  // each gradient multiplied by grad_scale first: the clipping coefficient, applied in the same pass
+  // (the same arithmetic as scaling the gradients in place, without another pass over them).
+  void step(std::vector<Parameter>& params, const std::vector<Tensor>& grads, double lr,
+            float grad_scale = 1.0f);
 
   int64_t step_count() const { return step_; }
   const std::vector<bool>& decay_mask() const { return decay_; }
@@ -65,8 +68,13 @@ class AdamW {
 // depend on the number of threads).
 double global_grad_norm(const std::vector<Tensor>& grads);
 
-// Returns the norm before clipping (what Trainer logs as grad_norm); when max_norm > 0 scales every
-// gradient by min(1, max_norm / (norm + 1e-6)), as clip_grad_norm_ does.
+// What clip_grad_norm_ multiplies the gradients by: min(1, max_norm / (norm + 1e-6)) as an f32, or 1
+// when max_norm <= 0 or the norm is not finite.
+float clip_coefficient(double norm, double max_norm);
+
+// Returns the norm before clipping (what Trainer logs as grad_norm) and scales every gradient by
+// clip_coefficient in place, as clip_grad_norm_ does. Trainer instead passes the coefficient to
+// AdamW::step, which saves a pass over the gradients.
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm);
 
 }  // namespace kiln::training

@@ -357,7 +357,8 @@ TrainOutput Trainer::train() {
       for (const auto& mb : micro) loss_sum += model_->forward_backward(mb, scale, grads).loss_sum;
       double step_loss = loss_sum / double(std::max<int64_t>(label_tokens, 1));
       int64_t step = state_.global_step + 1;
-      double grad_norm = a.max_grad_norm > 0 ? clip_grad_norm(grads, a.max_grad_norm) : 0.0;
+      // The norm is logged before clipping; the clipping itself happens inside the AdamW pass.
+      double grad_norm = a.max_grad_norm > 0 ? global_grad_norm(grads) : 0.0;
       if (!std::isfinite(step_loss) || !std::isfinite(grad_norm)) {
         std::string what = !std::isfinite(step_loss) ? "loss is " + std::to_string(step_loss)
                                                      : "gradient norm is " +
@@ -370,7 +371,7 @@ TrainOutput Trainer::train() {
                                     " Try a lower learning_rate or check the data.");
       }
       double lr = schedule_.lr(state_.global_step);
-      optimizer_->step(params, grads, lr);
+      optimizer_->step(params, grads, lr, clip_coefficient(grad_norm, a.max_grad_norm));
       state_.global_step = step;
       state_.epoch = double(epoch) + double(b1) / double(plan.batches_per_epoch);
       loss_since_log_ += step_loss;

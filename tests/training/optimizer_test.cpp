@@ -146,5 +146,31 @@ TEST(Clipping, GlobalNormClipsAndReturnsPreClipNorm) {
   EXPECT_EQ(off[0].data<float>()[1], 40.f);  // max_norm 0: no clipping
 }
 
+TEST(Clipping, CoefficientInsideAdamWEqualsClippingInPlace) {
+  // Trainer passes the clip coefficient to AdamW::step instead of scaling the gradients first: the
+  // parameters and moments must come out bit for bit the same. 37 elements: vector body and tail.
+  std::vector<float> w(37), gv(37);
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i] = 0.1f * float(i) - 1.f;
+    gv[i] = 3.f * std::sin(float(i));
+  }
+  std::vector<Parameter> a = {{"x.weight", f32(w, {37})}}, b = {{"x.weight", f32(w, {37})}};
+  std::vector<Tensor> ga = {f32(gv, {37})}, gb = {f32(gv, {37})};
+  AdamW oa(a, {.weight_decay = 0.1}), ob(b, {.weight_decay = 0.1});
+  for (int step = 0; step < 3; ++step) {
+    const double norm = global_grad_norm(ga);
+    EXPECT_EQ(clip_grad_norm(gb, 1.0), norm);
+    oa.step(a, ga, 1e-2, clip_coefficient(norm, 1.0));
+    ob.step(b, gb, 1e-2);
+    gb[0] = f32(gv, {37});
+  }
+  EXPECT_LT(clip_coefficient(global_grad_norm(ga), 1.0), 1.0f);  // clipping was active
+  EXPECT_EQ(a[0].value.to_f32_vector(), b[0].value.to_f32_vector());
+  EXPECT_EQ(oa.exp_avg_sq()[0].to_f32_vector(), ob.exp_avg_sq()[0].to_f32_vector());
+  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0f);
+  EXPECT_EQ(clip_coefficient(50.0, 0.0), 1.0f);
+  EXPECT_EQ(clip_coefficient(std::nan(""), 1.0), 1.0f);
+}
+
 }  // namespace
 }  // namespace kiln::training

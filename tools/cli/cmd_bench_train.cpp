@@ -86,9 +86,10 @@ kiln::cli::CommandRun setup_bench_train(CLI::App& cmd) {
       for (kiln::Tensor& g : grads) std::fill_n(g.data<float>(), g.numel(), 0.0f);
       loss = model->forward_backward(batch, loss_scale, grads).loss_sum * double(loss_scale);
       const double t_fb = seconds_since(t0);
-      kiln::training::clip_grad_norm(grads, 1.0);
+      // As Trainer does it: the norm here, the clipping inside the AdamW pass.
+      const double norm = kiln::training::global_grad_norm(grads);
       const double t_clip = seconds_since(t0);
-      optimizer.step(params, grads, 1e-5);
+      optimizer.step(params, grads, 1e-5, kiln::training::clip_coefficient(norm, 1.0));
       if (step == 0) continue;
       step_s.push_back(seconds_since(t0));
       fwd_bwd_s.push_back(t_fb);

@@ -133,7 +133,7 @@ void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int
       const uint16_t* next = wblk + block_elems;
       const int64_t n0 = b * kBlockN;
       // Rows in chunks of up to 4 (16 accumulators); a second chunk re-reads the block from L2.
-      // (linear() sends M > 4 to oneDNN, which is as fast or faster there.)
+      // (linear() sends M > 4 to the GEMM kernel, gemm_bf16_packed.)
       for (int64_t m0 = 0; m0 < M; m0 += 4) {
         switch (std::min<int64_t>(4, M - m0)) {
           case 1: rows_block<1>(xb, m0, Kp, wblk, next, n0, N, y, y_bf16, residual); break;

@@ -1,8 +1,9 @@
-// The bf16 GEMM of training: C = beta * C + op(A) op(B) with bf16 A and B, f32 accumulation and an
-// f32 C (or a bf16 C with beta = 0), on AVX512_BF16 (vdpbf16ps). Written because oneDNN 2.6 runs
-// the lm_head's three GEMMs of a training step (forward [T, H] x [H, V], input gradient [T, V] x
-// [V, H], weight gradient [V, T] x [T, H], V = 151,936) at 375-600 GFLOP/s here, and they are most
-// of a small model's step (docs/notes/cpu-gemm.md, "Training GEMM").
+// kiln's bf16 GEMM, for training and prefill: C = beta * C + op(A) op(B) with bf16 A and B, f32
+// accumulation and an f32 C (or a bf16 C with beta = 0), on AVX512_BF16 (vdpbf16ps). Written
+// because oneDNN 2.6 runs the lm_head's three GEMMs of a training step (forward [T, H] x [H, V],
+// input gradient [T, V] x [V, H], weight gradient [V, T] x [T, H], V = 151,936) at 375-600 GFLOP/s
+// here, and they are most of a small model's step; prefill runs it on the linear layers' packed
+// weights, which are already its B panels (docs/notes/cpu-gemm.md, "Training GEMM and prefill").
 //
 // Structure: the usual loops around a register-tile micro-kernel. For each block of kNC columns and
 // kKC k values, B is packed into panels of 64 columns laid out as the k pairs vdpbf16ps multiplies

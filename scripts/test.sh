@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: the Release build's tests, all of them again under ASan+UBSan, and each
-# fuzz target for a bounded time. Expects scripts/setup.sh to have installed the dependencies.
+# The whole test suite: the Release build's tests, all of them again in a portable build (no
+# -march=native) and under ASan+UBSan, and each fuzz target for a bounded time. Expects scripts/setup.sh to have installed the dependencies.
 #   bash scripts/test.sh [--quick]   (--quick: Release tests only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,14 @@ ninja -C build -j"$JOBS"
 (cd build && ctest -j"$JOBS" --output-on-failure --timeout 900)
 
 [ "${1:-}" = "--quick" ] && exit 0
+
+# Every kernel picks its SIMD path from the compiler's macros, with scalar fallbacks; build once
+# without -march=native so the fallbacks (and oneDNN for every GEMM) compile and pass too.
+echo "== portable build (no -march=native) and its tests"
+cmake -S . -B build-portable -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_NATIVE=OFF \
+  -DKILN_BUILD_BENCH=OFF -DKILN_SHARED_DIR="$SHARED" >/dev/null
+ninja -C build-portable -j"$JOBS"
+(cd build-portable && ctest -j"$JOBS" --output-on-failure --timeout 900)
 
 # One clang build serves both: every test under ASan+UBSan (the training, generation and CLI tests
 # included: under a minute since the suite got faster), and the libFuzzer targets (coverage

@@ -59,11 +59,6 @@ std::vector<VisRange> visible_ranges(const Tensor& kv_mask) {
   return out;
 }
 
-float* grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
 template <typename KT>
 inline float elem(const KT* p, int64_t i) {
   if constexpr (std::is_same_v<KT, float>)
@@ -108,6 +103,12 @@ void attention_scalar(const Dims& a, const float* q, const KT* k, const KT* v, c
 }
 
 #ifdef __AVX512F__
+
+float* grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load16(const bf16_t* p) { return detail::load_bf16x16(p); }
 

@@ -381,6 +381,11 @@ bool gemm_bf16(const uint16_t*, bool, const uint16_t*, bool, int64_t, int64_t, i
   return false;
 }
 
+bool gemm_bf16_packed(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, void*, bool,
+                      const float*) {
+  return false;
+}
+
 #endif
 
 }  // namespace kiln::cpu::detail

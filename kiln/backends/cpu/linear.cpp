@@ -207,8 +207,8 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor
 
   if (w.compute_ == DType::bf16 && detail::gemv_bf16_available()) {
     // x to bf16 once, zero-padded to Kp, then decode streams the weights (GEMV) and prefill runs
-    // kiln's GEMM kernel on them in place (faster than oneDNN's brgemm on this layout at every
-    // prefill shape measured: docs/notes/cpu-gemm.md).
+    // kiln's GEMM kernel on them in place: the kernel training uses, level with oneDNN's brgemm on
+    // this layout and with no primitive to create per shape (docs/notes/cpu-gemm.md).
     const int64_t kp = w.kp_;
     auto* xb = static_cast<uint16_t*>(detail::thread_scratch(1, size_t(M * kp) * 2));
     for (int64_t m = 0; m < M; ++m) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 
+#include "bench/bench_common.h"
 #include "kiln/backends/cpu/kernels.h"
 
 namespace {
@@ -19,20 +20,8 @@ namespace {
 using kiln::DType;
 using kiln::Tensor;
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-Tensor random_bf16(int64_t rows, int64_t cols, uint32_t seed) {
-  Tensor t = Tensor::empty({rows, cols}, DType::bf16);
-  auto* p = t.data<uint16_t>();
-  uint32_t s = seed;
-  for (int64_t i = 0; i < rows * cols; ++i) {
-    s = s * 1664525u + 1013904223u;
-    p[i] = kiln::f32_to_bf16(float(int32_t(s >> 8) - (1 << 23)) / float(1 << 26));
-  }
-  return t;
-}
+using kiln::bench::now_s;
+using kiln::bench::random_bf16;
 
 struct Layer {
   const char* model;

@@ -51,8 +51,6 @@ inline int load_pair(const uint16_t* p) {
   return v;
 }
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 // Interleaves 32 elements of rows r0 and r1 into 32 words (r0[i] low, r1[i] high): the permutation
 // indices for the first and second 16 words.
 struct PairInterleave {

@@ -15,11 +15,10 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
-// Rows up to which the GEMV beats oneDNN's matmul on the shared layout. Measured (notes): the GEMV
-// wins clearly at M = 1..4; at M = 5 oneDNN's brgemm is ~15% faster and at M = 8 they tie.
+// Rows up to which the GEMV beats a GEMM on the shared layout. Measured (notes): the GEMV wins
+// clearly at M = 1..4; at M = 5 oneDNN's brgemm was ~15% faster and at M = 8 they tied (kiln's GEMM
+// kernel, which serves M > 4 now, measured level with oneDNN at M = 5 and 8).
 constexpr int64_t kGemvMaxM = 4;
-
-int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 class PackedLinearImpl final : public PackedLinear {
  public:
@@ -36,7 +35,7 @@ class PackedLinearImpl final : public PackedLinear {
     const memory::dims dims = {k_, n_};
     if (compute_ == DType::bf16) {
       wmd_ = memory::desc(dims, memory::data_type::bf16, Tag::BA16a64b2a);
-      kp_ = round_up(k_, detail::kBlockK);
+      kp_ = detail::round_up(k_, detail::kBlockK);
     } else {
       // f32 is the checking path: plain W [N, K] (as [K, N] transposed), which every oneDNN matmul
       // implementation accepts for every M; blocked f32 layouts are rejected for some small M.
@@ -45,7 +44,7 @@ class PackedLinearImpl final : public PackedLinear {
     }
     buf_ = std::make_unique<detail::HugeBuffer>(wmd_.get_size());
     if (compute_ == DType::bf16) {
-      KILN_CHECK(wmd_.get_size() == size_t(round_up(n_, detail::kBlockN) * kp_ * 2),
+      KILN_CHECK(wmd_.get_size() == size_t(detail::round_up(n_, detail::kBlockN) * kp_ * 2),
                  "oneDNN's BA16a64b2a size differs from the layout the GEMV assumes");
       pack_bf16_blocked(w, release_source);
       return;

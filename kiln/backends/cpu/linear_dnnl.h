@@ -80,6 +80,8 @@ struct HugeBuffer {
 // 64 columns x 2 consecutive k (128 bf16 = 256 bytes per k pair). So one 64-column block is one
 // contiguous stream of Kp * 64 bf16, exactly what vdpbf16ps wants (16 columns x 2 k per register).
 constexpr int64_t kBlockN = 64;
+
+inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 constexpr int64_t kBlockK = 32;
 
 // y[m, n] (m < M, n < N) = sum_k x[m, k] * W[n, k] (+ residual[m, n]) on the packed layout above.

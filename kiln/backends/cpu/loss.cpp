@@ -25,29 +25,9 @@ float row_max(const float* x, int64_t n) {
   return m;
 }
 
-// sum exp(x - m), accumulated in f32 lanes and combined in double.
-double row_sum_exp(const float* x, int64_t n, float m) {
-  double s = 0.0;
-  int64_t i = 0;
-#ifdef __AVX512F__
-  const __m512 vm = _mm512_set1_ps(m);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  for (; i + 32 <= n; i += 32) {
-    acc0 = _mm512_add_ps(acc0, detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm)));
-    acc1 = _mm512_add_ps(acc1, detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm)));
-  }
-  for (; i + 16 <= n; i += 16)
-    acc0 = _mm512_add_ps(acc0, detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm)));
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, _mm512_add_ps(acc0, acc1));
-  for (float f : lanes) s += f;
-#endif
-  for (; i < n; ++i) s += std::exp(x[i] - m);
-  return s;
-}
-
-// x[i] = exp(x[i] - m) in place; returns their sum (f32 lanes combined in double).
-double row_exp_in_place(float* x, int64_t n, float m) {
+// sum exp(x - m), accumulated in f32 lanes and combined in double; when `out` is set (it may be x)
+// the exponentials are also stored there.
+double row_sum_exp(const float* x, int64_t n, float m, float* out = nullptr) {
   double s = 0.0;
   int64_t i = 0;
 #ifdef __AVX512F__
@@ -56,18 +36,26 @@ double row_exp_in_place(float* x, int64_t n, float m) {
   for (; i + 32 <= n; i += 32) {
     const __m512 e0 = detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
     const __m512 e1 = detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm));
-    _mm512_storeu_ps(x + i, e0);
-    _mm512_storeu_ps(x + i + 16, e1);
+    if (out) {
+      _mm512_storeu_ps(out + i, e0);
+      _mm512_storeu_ps(out + i + 16, e1);
+    }
     acc0 = _mm512_add_ps(acc0, e0);
     acc1 = _mm512_add_ps(acc1, e1);
+  }
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e0 = detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    if (out) _mm512_storeu_ps(out + i, e0);
+    acc0 = _mm512_add_ps(acc0, e0);
   }
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, _mm512_add_ps(acc0, acc1));
   for (float f : lanes) s += f;
 #endif
   for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - m);
-    s += x[i];
+    const float e = std::exp(x[i] - m);
+    if (out) out[i] = e;
+    s += e;
   }
   return s;
 }
@@ -157,7 +145,7 @@ double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scal
         const auto* xb = reinterpret_cast<const bf16_t*>(x) + r * v;
         const float target = bf16_to_f32(xb[lab[r]]);
         const float m = widen_row_max(xb, v, wide.data());
-        const double s = row_exp_in_place(wide.data(), v, m);
+        const double s = row_sum_exp(wide.data(), v, m, wide.data());
         row_loss[size_t(r)] = std::log(s) + double(m) - double(target);
         if (dr) {
           const float f = float(1.0 / s) * grad_scale;

@@ -86,6 +86,10 @@ const std::vector<AttnShape>& shapes() {
       {"decode_d160_g4", 1, 2, 50, 8, 2, 160, 30, {3}},
       {"decode_long", 1, 1, 600, 2, 1, 64, 570, {10}},
       {"decode_holes", 2, 1, 64, 4, 2, 32, 40, {0, 2}, {5, 6, 20, 33}},
+      // decode split along the slots as well as the kv heads (partials merged per head), and a
+      // split batch row beside an all-padding one.
+      {"decode_split_heads", 1, 1, 300, 4, 2, 32, 250, {3}},
+      {"decode_split_padded", 2, 1, 200, 2, 1, 32, 150, {0, 200}},
       // prefill: several key and query blocks, padding rows whose queries see nothing.
       {"prefill_gqa", 2, 37, 37, 4, 2, 32, 0, {0, 5}},
       {"prefill_blocks", 1, 70, 150, 2, 1, 16, 3, {9}},

@@ -1,10 +1,10 @@
 // Attention over a static KV cache with grouped-query heads, causal by slot, masked by kv_mask.
 //
 // Three paths compute the same thing (online softmax in f32, a query with no visible slot gives 0):
-//  - decode (T * group <= 8, D % 16 == 0, AVX-512): the cache is split along L into chunks (flash-
-//    decoding), each chunk streams its K rows then its V rows contiguously for all heads, and the
-//    per-chunk (max, sum, acc) partials are merged at the end. This path is memory bound: it reads
-//    each K/V byte once, the two q heads of a group sharing the read.
+//  - decode (T * group <= 8, D % 16 == 0, AVX-512): work items are (batch row, a run of kv heads,
+//    slots); the cache is split along L too (flash-decoding, per-chunk (max, sum, acc) partials
+//    merged at the end) only where batch rows x kv heads leave threads idle. This path is memory
+//    bound: it reads each K/V byte once, the q heads of a group sharing the read.
 //  - prefill (AVX-512): work items are (batch, kv head, block of queries); the rows of an item are
 //    all (query, q head of the group) pairs, so a group's q heads share each K/V block. Scores are
 //    computed transposed (S^T [keys, rows] = K Q^T with Q^T prepared once per item), which makes the
@@ -257,55 +257,67 @@ void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint32_t bi
   }
 }
 
+// A decode work item: kv heads [g_begin, g_end) of batch row b over slots [j_begin, j_end).
 struct DecodeChunk {
-  int64_t b, j_begin, j_end;
+  int64_t b, g_begin, g_end, j_begin, j_end;
+  bool whole;  // covers every visible slot: normalises and writes `out` itself, no merge
 };
 
-// One chunk of slots of one batch row for all T * Hq query rows. Writes unnormalised partials:
-// pm[r], pl[r], pacc[r * D] for r = t * Hq + h.
+// One chunk for all T query rows of its kv heads' q heads (r = t * Hq + h). Writes unnormalised
+// partials pm[r], pl[r], pacc[r * D], or, for a whole chunk, the normalised rows of `out`.
 template <typename KT>
 void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
-                  const DecodeChunk& c, float* pm, float* pl, float* pacc) {
+                  const DecodeChunk& c, float* pm, float* pl, float* pacc, Tensor& out) {
   const int64_t rows = a.t * a.hq, rg = a.t * a.g;
-  thread_local std::vector<float> s_buf;
+  // Query row i (in (t, q head of group) order) of kv head g.
+  auto row_of = [&](int64_t g, int64_t i) { return (i / a.g) * a.hq + g * a.g + i % a.g; };
+  thread_local std::vector<float> s_buf, alpha_buf;
   float* s = grow(s_buf, size_t(rows * 16));
+  float* alpha = grow(alpha_buf, size_t(rows));
   const float* qb = q + c.b * rows * a.d;
-  for (int64_t r = 0; r < rows; ++r) {
-    pm[r] = kNegInf;
-    pl[r] = 0.f;
-  }
-  std::fill(pacc, pacc + rows * a.d, 0.f);
-  // Rows of kv head g, in (t, q head of group) order.
-  std::vector<const float*> qrows(static_cast<size_t>(rg));
+  for (int64_t g = c.g_begin; g < c.g_end; ++g)
+    for (int64_t i = 0; i < rg; ++i) {
+      const int64_t r = row_of(g, i);
+      pm[r] = kNegInf;
+      pl[r] = 0.f;
+      std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
+    }
+  const float* qrows[8];
   __m512 part[8 * 16];  // lane partials [row of group][slot]; rg <= 8 on this path
 #ifdef __AVX512BF16__
   // q rows split into bf16 hi/lo halves for the vdpbf16ps score path (bf16 cache, D % 32 == 0).
   const bool use_dp = std::is_same_v<KT, bf16_t> && a.d % 32 == 0;
   thread_local std::vector<bf16_t> qsplit_buf;
-  std::vector<const bf16_t*> qhi(static_cast<size_t>(rg)), qlo(static_cast<size_t>(rg));
+  const bf16_t* qhi[8];
+  const bf16_t* qlo[8];
   bf16_t* qsplit = nullptr;
   if (use_dp) {
     if (qsplit_buf.size() < size_t(rows * 2 * a.d)) qsplit_buf.resize(size_t(rows * 2 * a.d));
     qsplit = qsplit_buf.data();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < a.d; ++i) {
-        const float x = qb[r * a.d + i];
-        const bf16_t hi = f32_to_bf16(x);
-        qsplit[r * 2 * a.d + i] = hi;
-        qsplit[r * 2 * a.d + a.d + i] = f32_to_bf16(x - bf16_to_f32(hi));
+    for (int64_t g = c.g_begin; g < c.g_end; ++g)
+      for (int64_t i = 0; i < rg; ++i) {
+        const int64_t r = row_of(g, i);
+        for (int64_t e = 0; e < a.d; ++e) {
+          const float x = qb[r * a.d + e];
+          const bf16_t hi = f32_to_bf16(x);
+          qsplit[r * 2 * a.d + e] = hi;
+          qsplit[r * 2 * a.d + a.d + e] = f32_to_bf16(x - bf16_to_f32(hi));
+        }
       }
   }
 #endif
-  std::vector<float> alpha(static_cast<size_t>(rows));
   const int64_t slot_stride = a.hkv * a.d;
+  // This chunk's kv heads are contiguous within a slot's K (and V) row.
+  const int64_t head_bytes = (c.g_end - c.g_begin) * a.d * int64_t(sizeof(KT));
   for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += 16) {
     const int64_t nb = std::min<int64_t>(16, c.j_end - j0);
-    // The next block's K and V rows (all kv heads: contiguous per slot) into L2 while this one is
-    // computed: the cache is cold after the weight stream, and the per-head walk below is strided.
+    // The next block's K and V rows of these heads into L2 while this one is computed: the cache
+    // is cold after the weight stream, and the per-head walk below is strided.
     for (int64_t slot = j0 + 16; slot < std::min(j0 + 32, c.j_end); ++slot) {
-      const char* kr = reinterpret_cast<const char*>(k + (c.b * a.l + slot) * slot_stride);
-      const char* vr = reinterpret_cast<const char*>(v + (c.b * a.l + slot) * slot_stride);
-      for (int64_t off = 0; off < slot_stride * int64_t(sizeof(KT)); off += 64) {
+      const int64_t first = (c.b * a.l + slot) * slot_stride + c.g_begin * a.d;
+      const char* kr = reinterpret_cast<const char*>(k + first);
+      const char* vr = reinterpret_cast<const char*>(v + first);
+      for (int64_t off = 0; off < head_bytes; off += 64) {
         _mm_prefetch(kr + off, _MM_HINT_T1);
         _mm_prefetch(vr + off, _MM_HINT_T1);
       }
@@ -315,14 +327,14 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
       if (mask[c.b * a.l + j0 + jj]) base |= 1u << jj;
     // Scores for all rows (K block streamed once, all kv heads): lane partials per (row, slot),
     // then one transposing reduction per row gives the row's 16 scores as one vector.
-    for (int64_t g = 0; g < a.hkv; ++g) {
+    for (int64_t g = c.g_begin; g < c.g_end; ++g) {
       for (int64_t i = 0; i < rg; ++i) {
-        const int64_t r = (i / a.g) * a.hq + g * a.g + i % a.g;
-        qrows[size_t(i)] = qb + r * a.d;
+        const int64_t r = row_of(g, i);
+        qrows[i] = qb + r * a.d;
 #ifdef __AVX512BF16__
         if (use_dp) {
-          qhi[size_t(i)] = qsplit + r * 2 * a.d;
-          qlo[size_t(i)] = qsplit + r * 2 * a.d + a.d;
+          qhi[i] = qsplit + r * 2 * a.d;
+          qlo[i] = qsplit + r * 2 * a.d + a.d;
         }
 #endif
       }
@@ -338,7 +350,7 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
             switch (rg) {
 #define KILN_DP_CASE(n) \
   case n:               \
-    decode_partials_dp<n>(qhi.data(), qlo.data(), kp, a.d, part, jj); \
+    decode_partials_dp<n>(qhi, qlo, kp, a.d, part, jj); \
     break;
               KILN_DP_CASE(1) KILN_DP_CASE(2) KILN_DP_CASE(3) KILN_DP_CASE(4)
               KILN_DP_CASE(5) KILN_DP_CASE(6) KILN_DP_CASE(7) KILN_DP_CASE(8)
@@ -351,7 +363,7 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
         switch (rg) {
 #define KILN_SC_CASE(n) \
   case n:               \
-    decode_partials<n>(qrows.data(), kp, a.d, part, jj);  \
+    decode_partials<n>(qrows, kp, a.d, part, jj);  \
     break;
           KILN_SC_CASE(1) KILN_SC_CASE(2) KILN_SC_CASE(3) KILN_SC_CASE(4)
           KILN_SC_CASE(5) KILN_SC_CASE(6) KILN_SC_CASE(7) KILN_SC_CASE(8)
@@ -362,7 +374,7 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
       for (int64_t i = 0; i < rg; ++i) _mm512_storeu_ps(sg + i * 16, hsum16(part + i * 16));
     }
     // Online softmax per row over this block; s becomes p (grouped layout [g][rg][16]).
-    for (int64_t g = 0; g < a.hkv; ++g)
+    for (int64_t g = c.g_begin; g < c.g_end; ++g)
       for (int64_t t = 0; t < a.t; ++t) {
         // Causal: slots j <= slot_offset + t.
         const int64_t lim = a.slot_offset + t - j0;  // last visible jj
@@ -378,60 +390,84 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
           const float m_new = std::max(pm[r], mb);
           if (m_new == kNegInf) {
             _mm512_storeu_ps(sp, _mm512_setzero_ps());
-            alpha[size_t(r)] = 1.f;
+            alpha[r] = 1.f;
             continue;
           }
-          alpha[size_t(r)] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
+          alpha[r] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
           const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(sv, _mm512_set1_ps(m_new)));
           _mm512_storeu_ps(sp, p);
-          pl[r] = pl[r] * alpha[size_t(r)] + _mm512_reduce_add_ps(p);
+          pl[r] = pl[r] * alpha[r] + _mm512_reduce_add_ps(p);
           pm[r] = m_new;
         }
       }
     // acc += p V (V block streamed once), rows of a group in pairs.
-    for (int64_t g = 0; g < a.hkv; ++g) {
+    for (int64_t g = c.g_begin; g < c.g_end; ++g) {
       const KT* vp = v + ((c.b * a.l + j0) * a.hkv + g) * a.d;
       for (int64_t i = 0; i < rg; i += 2) {
-        const int64_t t0 = i / a.g, r0 = t0 * a.hq + g * a.g + i % a.g;
+        const int64_t r0 = row_of(g, i);
         const float* p0 = s + (g * rg + i) * 16;
         const float* p1 = nullptr;
         float* acc1 = nullptr;
         float alpha1 = 1.f;
         if (i + 1 < rg) {
-          const int64_t t1 = (i + 1) / a.g, r1 = t1 * a.hq + g * a.g + (i + 1) % a.g;
+          const int64_t r1 = row_of(g, i + 1);
           p1 = p0 + 16;
           acc1 = pacc + r1 * a.d;
-          alpha1 = alpha[size_t(r1)];
+          alpha1 = alpha[r1];
         }
-        decode_pv_chunks(vp, slot_stride, nb, base, a.d, p0, p1, alpha[size_t(r0)], alpha1,
+        decode_pv_chunks(vp, slot_stride, nb, base, a.d, p0, p1, alpha[r0], alpha1,
                          pacc + r0 * a.d, acc1);
       }
     }
   }
+  if (!c.whole) return;
+  for (int64_t g = c.g_begin; g < c.g_end; ++g)
+    for (int64_t i = 0; i < rg; ++i) {
+      const int64_t r = row_of(g, i);
+      float* acc = pacc + r * a.d;
+      const float inv = pl[r] > 0.f ? 1.f / pl[r] : 0.f;  // no visible slot: 0
+      for (int64_t e = 0; e < a.d; ++e) acc[e] *= inv;
+      detail::store_row(acc, a.d, out.raw(), out.dtype(), (c.b * rows + r) * a.d);
+    }
 }
 
 template <typename KT>
 void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                       const std::vector<VisRange>& vis, Tensor& out) {
   const int64_t threads = num_threads();
+  // Items: (batch row, kv heads, slots). Whole kv heads first (an item then writes its rows
+  // itself, no merge); the slots are split too (flash-decoding, merged below) only where batch rows
+  // x kv heads leave threads idle. Items are equal in cost, so contiguous ranges of them per thread
+  // balance, and give each thread adjacent heads (one contiguous stretch of each K/V row).
+  const int64_t per_batch = std::max<int64_t>(1, (2 * threads + a.b - 1) / a.b);
+  const int64_t head_items = std::min(a.hkv, per_batch);
+  // Chunk (b, h, s) is chunks[first[b] + h * slot_chunks[b] + s]; kv head g is in head item
+  // head_item[g].
   std::vector<DecodeChunk> chunks;
-  std::vector<int64_t> first(static_cast<size_t>(a.b + 1));  // chunks of batch row b: [first[b], first[b + 1])
-  const int64_t per_batch_max = std::max<int64_t>(1, (4 * threads + a.b - 1) / a.b);
+  std::vector<int64_t> first(size_t(a.b)), slot_chunks(size_t(a.b)), head_item(size_t(a.hkv));
+  bool merge = false;
+  for (int64_t h = 0; h < head_items; ++h)
+    for (int64_t g = a.hkv * h / head_items; g < a.hkv * (h + 1) / head_items; ++g)
+      head_item[size_t(g)] = h;
   for (int64_t b = 0; b < a.b; ++b) {
     first[size_t(b)] = int64_t(chunks.size());
     const int64_t lo = vis[size_t(b)].lo;
-    const int64_t hi = std::min(vis[size_t(b)].hi, a.slot_offset + a.t);
-    if (hi <= lo) {
-      chunks.push_back({b, lo, lo});
-      continue;
+    const int64_t hi = std::max(lo, std::min(vis[size_t(b)].hi, a.slot_offset + a.t));
+    // Slot chunks of >= 64 slots: shorter ones cost more in merging than they save.
+    const int64_t n = std::clamp<int64_t>((per_batch + head_items - 1) / head_items, 1,
+                                          std::max<int64_t>(1, (hi - lo + 63) / 64));
+    const int64_t len = std::max<int64_t>(16, ((hi - lo + n - 1) / n + 15) / 16 * 16);
+    slot_chunks[size_t(b)] = n;
+    merge = merge || n > 1;
+    for (int64_t h = 0; h < head_items; ++h) {
+      const int64_t g0 = a.hkv * h / head_items, g1 = a.hkv * (h + 1) / head_items;
+      for (int64_t i = 0; i < n; ++i) {
+        // Empty trailing chunks (hi - lo not a multiple of len) keep the (b, h, s) indexing.
+        const int64_t j0 = std::min(hi, lo + i * len), j1 = std::min(hi, lo + (i + 1) * len);
+        chunks.push_back({b, g0, g1, j0, j1, n == 1});
+      }
     }
-    // Chunks of >= 64 slots: at a few hundred slots one chunk left a thread idle (the merge is
-    // cheap next to a chunk).
-    const int64_t n = std::clamp<int64_t>((hi - lo + 63) / 64, 1, per_batch_max);
-    int64_t len = ((hi - lo + n - 1) / n + 15) / 16 * 16;
-    for (int64_t j = lo; j < hi; j += len) chunks.push_back({b, j, std::min(hi, j + len)});
   }
-  first[size_t(a.b)] = int64_t(chunks.size());
   const int64_t rows = a.t * a.hq, nchunks = int64_t(chunks.size());
   // Partials live on the calling thread and are reused across calls: fresh pages cost ~10 us each.
   thread_local std::vector<float> part_buf;
@@ -439,21 +475,25 @@ void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, c
   float* pm = part;
   float* pl = part + nchunks * rows;
   float* pacc = part + 2 * nchunks * rows;
-  detail::parallel_items_cyclic(nchunks, [&](int64_t c) {
-    decode_chunk(a, q, k, v, mask, chunks[size_t(c)], pm + c * rows, pl + c * rows,
-                 pacc + c * rows * a.d);
+  parallel_for(nchunks, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      decode_chunk(a, q, k, v, mask, chunks[size_t(c)], pm + c * rows, pl + c * rows,
+                   pacc + c * rows * a.d, out);
   });
-  // Merge the chunks of each batch row.
+  if (!merge) return;
+  // Merge the slot chunks of each row of the batch rows whose slots were split.
   parallel_for(a.b * rows, [&](int64_t i0, int64_t i1) {
     std::vector<float> res(static_cast<size_t>(a.d));
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t b = i / rows, r = i % rows;
+      const int64_t b = i / rows, r = i % rows, n = slot_chunks[size_t(b)];
+      if (n == 1) continue;  // written by its chunk
+      const int64_t c_begin = first[size_t(b)] + head_item[size_t((r % a.hq) / a.g)] * n;
       float m = kNegInf;
-      for (int64_t c = first[size_t(b)]; c < first[size_t(b + 1)]; ++c) m = std::max(m, pm[c * rows + r]);
+      for (int64_t c = c_begin; c < c_begin + n; ++c) m = std::max(m, pm[c * rows + r]);
       std::fill(res.begin(), res.end(), 0.f);
       float lsum = 0.f;
       if (m != kNegInf) {
-        for (int64_t c = first[size_t(b)]; c < first[size_t(b + 1)]; ++c) {
+        for (int64_t c = c_begin; c < c_begin + n; ++c) {
           if (pm[c * rows + r] == kNegInf) continue;
           const float w = std::exp(pm[c * rows + r] - m);
           lsum += w * pl[c * rows + r];

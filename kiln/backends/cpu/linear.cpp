@@ -15,11 +15,6 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
-// Rows up to which the GEMV beats a GEMM on the shared layout. Measured (notes): the GEMV wins
-// clearly at M = 1..4; at M = 5 oneDNN's brgemm was ~15% faster and at M = 8 they tied (kiln's GEMM
-// kernel, which serves M > 4 now, measured level with oneDNN at M = 5 and 8).
-constexpr int64_t kGemvMaxM = 4;
-
 class PackedLinearImpl final : public PackedLinear {
  public:
   PackedLinearImpl(int64_t n, int64_t k, DType compute) : n_(n), k_(k), compute_(compute) {}
@@ -217,7 +212,7 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor
     }
     const auto* wp = static_cast<const uint16_t*>(w.buf_->ptr);
     const bool y_bf16 = y.dtype() == DType::bf16;
-    if (M <= kGemvMaxM) return detail::gemv_bf16(xb, M, kp, wp, N, y.raw(), y_bf16, res);
+    if (M <= detail::kGemvMaxM) return detail::gemv_bf16(xb, M, kp, wp, N, y.raw(), y_bf16, res);
     if (!detail::gemm_onednn_only() &&
         detail::gemm_bf16_packed(xb, M, kp, wp, N, y.raw(), y_bf16, res))
       return;

@@ -84,10 +84,15 @@ constexpr int64_t kBlockN = 64;
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 constexpr int64_t kBlockK = 32;
 
+// Rows up to which the GEMV beats a GEMM on the shared layout. Measured (notes): the GEMV wins
+// clearly at M = 1..4; at M = 5 oneDNN's brgemm was ~15% faster and at M = 8 they tied (kiln's GEMM
+// kernel, which serves M > 4 now, measured level with oneDNN at M = 5 and 8).
+constexpr int64_t kGemvMaxM = 4;
+
 // y[m, n] (m < M, n < N) = sum_k x[m, k] * W[n, k] (+ residual[m, n]) on the packed layout above.
 //   xb: bf16 [M, Kp] (zero-padded past K); w: packed, Np = round_up(N, 64) columns;
 //   y: f32 or bf16 (y_bf16) [M, N] with row stride N; residual: f32 [M, N] or null, may alias y.
-// Splits N-blocks over the OpenMP threads. Any M; linear() uses it for M <= 4.
+// Splits N-blocks over the OpenMP threads. M <= kGemvMaxM.
 void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N, void* y,
                bool y_bf16, const float* residual);
 // c[M, N] = beta * c + op(a) op(b) for bf16 a ([M, K], or [K, M] if trans_a) and b ([K, N], or

@@ -334,6 +334,11 @@ TEST(CliBench, TinyRunPrintsEveryField) {
   EXPECT_GT(j["prefill_tokens_per_s"].get<double>(), 0);
   EXPECT_GT(j["decode_tokens_per_s"].get<double>(), 0);
   EXPECT_GT(j["memory_bandwidth_gbs"].get<double>(), 0);
+  // The decode roofline is paired with each timed repeat (one here).
+  ASSERT_EQ(j["memory_bandwidth_gbs_per_repeat"].size(), 1u);
+  ASSERT_EQ(j["decode_roofline_fraction_per_repeat"].size(), 1u);
+  EXPECT_EQ(j["memory_bandwidth_gbs"], j["memory_bandwidth_gbs_per_repeat"][0]);
+  EXPECT_EQ(j["decode_roofline_fraction"], j["decode_roofline_fraction_per_repeat"][0]);
   EXPECT_GT(j["gemm_peak_gflops"].get<double>(), 0);
   EXPECT_GT(j["compile_ms"]["prefill"].get<double>(), 0);
   EXPECT_GT(j["compile_ms"]["decode"].get<double>(), 0);

@@ -12,9 +12,12 @@
 //   prefill = measured GEMM peak / FLOPs per prompt token: 2 * the decoder layers' matmul parameters
 //             + causal attention (4 * Hq * D * (P + 1) / 2 per layer) + lm_head once per row (prefill
 //             computes logits of the last position only), divided over P.
-// The bandwidth is measured before the model loads and again after the timed runs (the higher one
-// counts); peak RSS is read before the second measurement, so its 256 MiB buffer is not added to the
-// model's.
+// This VM's read bandwidth drifts between phases (28-90 GB/s, often within one run), so the decode
+// roofline is paired with each timed repeat: the bandwidth is measured (best of up to 20 passes)
+// right before the repeat, each repeat's median step is set against it, and the fraction reported is
+// the median of those paired fractions. The bandwidth is also measured before the model loads and
+// after the timed runs (memory_bandwidth_gbs_before_after, for reference). Peak RSS is read after the
+// warm-up run, before any of those measurements, so their 256 MiB buffer is not added to the model's.
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -66,9 +69,7 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     require_positive(f->repeats, "--repeats");
     const kiln::DType dtype = kiln::parse_dtype(f->model.dtype, "--dtype");
 
-    // Rooflines first (see the header comment on peak RSS). This VM's read bandwidth drifts
-    // (33-76 GB/s, shared/MACHINE.md), so it is measured again after the timed runs and the
-    // higher of the two is the roofline: a low reading would flatter kiln.
+    // Rooflines first (see the header comment on the bandwidth and peak RSS).
     const double bandwidth_before = kiln::cpu::measure_memory_bandwidth();
     const double gemm_peak = kiln::cpu::measure_gemm_peak(dtype);
 
@@ -103,7 +104,12 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     const int64_t V = c.vocab_size;
 
     std::vector<double> prefill_s, step_s;
+    std::vector<double> rep_bandwidth, rep_step_s;  // per timed repeat: paired roofline
+    size_t rss = 0;
     for (int64_t rep = 0; rep <= f->repeats; ++rep) {  // rep 0 is the warm-up
+      if (rep == 1) rss = kiln::peak_rss_bytes();
+      if (rep > 0) rep_bandwidth.push_back(kiln::cpu::measure_memory_bandwidth());
+      const size_t first_step = step_s.size();
       for (int64_t b = 0; b < B; ++b)
         for (int64_t s = 0; s < L; ++s) kv_mask.data<int32_t>()[b * L + s] = s < P ? 1 : 0;
       auto t0 = std::chrono::steady_clock::now();
@@ -120,10 +126,11 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
         logits = model->forward("decode", step_ids, step_pos, kv_mask, cache, P + step);
         if (rep > 0) step_s.push_back(seconds_since(t0));
       }
+      if (rep > 0)
+        rep_step_s.push_back(median(std::vector<double>(step_s.begin() + first_step, step_s.end())));
     }
-    const size_t rss = kiln::peak_rss_bytes();  // before the second bandwidth buffer
     const double bandwidth_after = kiln::cpu::measure_memory_bandwidth();
-    const double bandwidth = std::max(bandwidth_before, bandwidth_after);
+    const double bandwidth = median(rep_bandwidth);
     const double prefill_tps = double(B * P) / median(prefill_s);
     const double decode_tps = double(B) / median(step_s);
 
@@ -142,6 +149,12 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     const double decode_step_bytes =
         double(model->packed_bytes()) + norm_bytes + double(B) * kv_read_per_row;
     const double decode_roofline = double(B) * bandwidth / decode_step_bytes;
+    // Each repeat's tokens/s over its own roofline: (B / step) / (B * bandwidth / bytes).
+    std::vector<double> rep_fraction;
+    for (size_t r = 0; r < rep_step_s.size(); ++r)
+      rep_fraction.push_back(decode_step_bytes / (rep_step_s[r] * rep_bandwidth[r]));
+    std::vector<double> rep_bandwidth_gbs;
+    for (double bw : rep_bandwidth) rep_bandwidth_gbs.push_back(bw / 1e9);
     const double attn_flops = layers * 4 * Hq * D * double(P + 1) / 2;
     const double prefill_flops_per_token =
         2 * layers * layer_matmul_params + attn_flops + 2 * lm_head_params / double(P);
@@ -169,10 +182,12 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
         {"prefill_roofline_fraction", prefill_tps / prefill_roofline},
         {"decode_tokens_per_s", decode_tps},
         {"decode_roofline_tokens_per_s", decode_roofline},
-        {"decode_roofline_fraction", decode_tps / decode_roofline},
+        {"decode_roofline_fraction", median(rep_fraction)},
+        {"decode_roofline_fraction_per_repeat", rep_fraction},
         {"decode_step_ms_median", median(step_s) * 1e3},
         {"prefill_ms_median", median(prefill_s) * 1e3},
         {"memory_bandwidth_gbs", bandwidth / 1e9},
+        {"memory_bandwidth_gbs_per_repeat", rep_bandwidth_gbs},
         {"memory_bandwidth_gbs_before_after", {bandwidth_before / 1e9, bandwidth_after / 1e9}},
         {"gemm_peak_gflops", gemm_peak / 1e9},
         {"decode_bytes_per_token", decode_step_bytes / double(B)},
@@ -198,9 +213,10 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
               << "prefill: " << prefill_tps << " tokens/s (" << 100 * prefill_tps / prefill_roofline
               << "% of " << prefill_roofline << " = " << gemm_peak / 1e9 << " GFLOP/s / "
               << prefill_flops_per_token / 1e9 << " GFLOP per token)\n"
-              << "decode:  " << decode_tps << " tokens/s (" << 100 * decode_tps / decode_roofline
-              << "% of " << decode_roofline << " = " << bandwidth / 1e9 << " GB/s / "
-              << decode_step_bytes / 1e6 << " MB per step)\n"
+              << "decode:  " << decode_tps << " tokens/s (" << 100 * median(rep_fraction)
+              << "% of its roofline, paired per repeat; " << decode_roofline << " = "
+              << bandwidth / 1e9 << " GB/s median / " << decode_step_bytes / 1e6
+              << " MB per step)\n"
               << "compile: prefill " << compile_ms("prefill") << " ms, decode "
               << compile_ms("decode") << " ms (weight packing, once per model: "
               << stats["prefill"].pack_ms + stats["decode"].pack_ms << " ms)\n"

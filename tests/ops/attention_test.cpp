@@ -90,6 +90,9 @@ const std::vector<AttnShape>& shapes() {
       // split batch row beside an all-padding one.
       {"decode_split_heads", 1, 1, 300, 4, 2, 32, 250, {3}},
       {"decode_split_padded", 2, 1, 200, 2, 1, 32, 150, {0, 200}},
+      // decode shapes whose scores keep q in registers over a block (D = 128 and 64), with holes.
+      {"decode_d128", 2, 1, 90, 4, 2, 128, 70, {0, 9}, {3, 40}},
+      {"decode_t2_d64", 1, 2, 50, 4, 2, 64, 30, {2}, {11}},
       // prefill: several key and query blocks, padding rows whose queries see nothing.
       {"prefill_gqa", 2, 37, 37, 4, 2, 32, 0, {0, 5}},
       {"prefill_blocks", 1, 70, 150, 2, 1, 16, 3, {9}},

@@ -175,8 +175,45 @@ inline void decode_partials_dp(const bf16_t* const* qhi, const bf16_t* const* ql
   }
   for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
 }
+
+// The same for the 16 slots of a block at once, with D = 32 * ND and q (hi and lo) held in
+// registers across the slots (RG * ND <= 8): no per-slot call, no q reloads. Slots whose bit in
+// `visible` is clear get zero partials.
+template <int RG, int ND>
+inline void decode_block_partials_dp(const bf16_t* const* qhi, const bf16_t* const* qlo,
+                                     const bf16_t* k0, int64_t slot_stride, uint32_t visible,
+                                     __m512* part) {
+  __m512bh qh[RG][ND], ql[RG][ND];
+  for (int r = 0; r < RG; ++r)
+    for (int n = 0; n < ND; ++n) {
+      qh[r][n] = (__m512bh)_mm512_loadu_si512(qhi[r] + 32 * n);
+      ql[r][n] = (__m512bh)_mm512_loadu_si512(qlo[r] + 32 * n);
+    }
+  for (int jj = 0; jj < 16; ++jj) {
+    if (!(visible >> jj & 1u)) {
+      for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_setzero_ps();
+      continue;
+    }
+    const bf16_t* kp = k0 + jj * slot_stride;
+    __m512 acc[RG][2];
+    for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int n = 0; n < ND; ++n) {
+      const __m512bh kv = (__m512bh)_mm512_loadu_si512(kp + 32 * n);
+      for (int r = 0; r < RG; ++r) {
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qh[r][n], kv);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ql[r][n], kv);
+      }
+    }
+    for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
+  }
+}
 #endif
 
+// GCC 12 reports the self-initialised `__Y = __Y` inside _mm512_undefined_ps(), which
+// _mm512_shuffle_f32x4 uses for its masked-off lanes, as uninitialised once this is inlined into
+// some callers (a false positive; GCC 13 no longer reports it).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 // Lane i of the result = sum of the lanes of v[i], for 16 vectors (a transposing reduction tree:
 // 45 shuffles/adds instead of 16 separate horizontal sums).
 inline __m512 hsum16(const __m512* v) {
@@ -197,6 +234,7 @@ inline __m512 hsum16(const __m512* v) {
   return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
                        _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
 }
+#pragma GCC diagnostic pop
 
 // acc_r[0, 16 * NV) = acc_r * alpha_r + sum_jj p_r[jj] * v_jj for one or two rows.
 template <int NV, bool kTwo, typename KT>
@@ -338,6 +376,28 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
         }
 #endif
       }
+#ifdef __AVX512BF16__
+      if constexpr (std::is_same_v<KT, bf16_t>) {
+        // The common shapes (D = 64 or 128, up to 4 rows per kv head) keep q in registers.
+        const bf16_t* k0 = k + ((c.b * a.l + j0) * a.hkv + g) * a.d;
+        bool done = use_dp;
+        switch (use_dp ? rg * 100 + a.d : 0) {
+#define KILN_BLOCK_CASE(r, d)                                                              \
+  case r * 100 + d:                                                                        \
+    decode_block_partials_dp<r, d / 32>(qhi, qlo, k0, slot_stride, base, part);           \
+    break;
+          KILN_BLOCK_CASE(1, 64) KILN_BLOCK_CASE(2, 64) KILN_BLOCK_CASE(3, 64)
+          KILN_BLOCK_CASE(4, 64) KILN_BLOCK_CASE(1, 128) KILN_BLOCK_CASE(2, 128)
+#undef KILN_BLOCK_CASE
+          default: done = false;
+        }
+        if (done) {
+          float* sg = s + g * rg * 16;
+          for (int64_t i = 0; i < rg; ++i) _mm512_storeu_ps(sg + i * 16, hsum16(part + i * 16));
+          continue;
+        }
+      }
+#endif
       for (int64_t jj = 0; jj < 16; ++jj) {
         if (jj >= nb || !(base >> jj & 1u)) {
           for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
@@ -435,12 +495,14 @@ template <typename KT>
 void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                       const std::vector<VisRange>& vis, Tensor& out) {
   const int64_t threads = num_threads();
-  // Items: (batch row, kv heads, slots). Whole kv heads first (an item then writes its rows
-  // itself, no merge); the slots are split too (flash-decoding, merged below) only where batch rows
-  // x kv heads leave threads idle. Items are equal in cost, so contiguous ranges of them per thread
-  // balance, and give each thread adjacent heads (one contiguous stretch of each K/V row).
+  // Items: (batch row, kv head, slots). Whole kv heads first (an item then writes its rows itself,
+  // no merge); the slots are split too (flash-decoding, merged below) only where batch rows x kv
+  // heads leave threads idle. The threads share the items by work stealing: each starts on its own
+  // contiguous run (adjacent heads: one contiguous stretch of each K/V row), and on this VM one
+  // core is often 15-25 % slower than the other, which a static split left idle at the end (a
+  // quarter of the attention's time in OpenMP's barrier at 512 slots).
   const int64_t per_batch = std::max<int64_t>(1, (2 * threads + a.b - 1) / a.b);
-  const int64_t head_items = std::min(a.hkv, per_batch);
+  const int64_t head_items = a.hkv;
   // Chunk (b, h, s) is chunks[first[b] + h * slot_chunks[b] + s]; kv head g is in head item
   // head_item[g].
   std::vector<DecodeChunk> chunks;
@@ -475,7 +537,7 @@ void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, c
   float* pm = part;
   float* pl = part + nchunks * rows;
   float* pacc = part + 2 * nchunks * rows;
-  parallel_for(nchunks, [&](int64_t c0, int64_t c1) {
+  parallel_for_stealing(nchunks, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c)
       decode_chunk(a, q, k, v, mask, chunks[size_t(c)], pm + c * rows, pl + c * rows,
                    pacc + c * rows * a.d, out);

@@ -209,11 +209,6 @@ inline void decode_block_partials_dp(const bf16_t* const* qhi, const bf16_t* con
 }
 #endif
 
-// GCC 12 reports the self-initialised `__Y = __Y` inside _mm512_undefined_ps(), which
-// _mm512_shuffle_f32x4 uses for its masked-off lanes, as uninitialised once this is inlined into
-// some callers (a false positive; GCC 13 no longer reports it).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
 // Lane i of the result = sum of the lanes of v[i], for 16 vectors (a transposing reduction tree:
 // 45 shuffles/adds instead of 16 separate horizontal sums).
 inline __m512 hsum16(const __m512* v) {
@@ -234,7 +229,6 @@ inline __m512 hsum16(const __m512* v) {
   return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
                        _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
 }
-#pragma GCC diagnostic pop
 
 // acc_r[0, 16 * NV) = acc_r * alpha_r + sum_jj p_r[jj] * v_jj for one or two rows.
 template <int NV, bool kTwo, typename KT>

@@ -19,10 +19,12 @@
 #include "kiln/core/threads.h"
 
 #ifdef __AVX512F__
-// GCC 12 reports its own _mm512_undefined_*() placeholders as "maybe uninitialized" once they are
-// inlined into OpenMP-outlined loops; the pragma covers the intrinsics header's lines only.
+// GCC 12 reports its own _mm512_undefined_*() placeholders as "(maybe) uninitialized" once they are
+// inlined into OpenMP-outlined loops or some callers; the pragma covers the intrinsics header's
+// lines only.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #endif

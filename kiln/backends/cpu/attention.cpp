@@ -1,8 +1,8 @@
 // Attention over a static KV cache with grouped-query heads, causal by slot, masked by kv_mask.
 //
 // Three paths compute the same thing (online softmax in f32, a query with no visible slot gives 0):
-//  - decode (T * group <= 8, D % 16 == 0, AVX-512): work items are (batch row, a run of kv heads,
-//    slots); the cache is split along L too (flash-decoding, per-chunk (max, sum, acc) partials
+//  - decode (T * group <= 8, D % 16 == 0, AVX-512): work items are (batch row, kv head, slots);
+//    the cache is split along L too (flash-decoding, per-chunk (max, sum, acc) partials
 //    merged at the end) only where batch rows x kv heads leave threads idle. This path is memory
 //    bound: it reads each K/V byte once, the q heads of a group sharing the read.
 //  - prefill (AVX-512): work items are (batch, kv head, block of queries); the rows of an item are
@@ -289,67 +289,63 @@ void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint32_t bi
   }
 }
 
-// A decode work item: kv heads [g_begin, g_end) of batch row b over slots [j_begin, j_end).
+// A decode work item: kv head g of batch row b over slots [j_begin, j_end).
 struct DecodeChunk {
-  int64_t b, g_begin, g_end, j_begin, j_end;
+  int64_t b, g, j_begin, j_end;
   bool whole;  // covers every visible slot: normalises and writes `out` itself, no merge
 };
 
-// One chunk for all T query rows of its kv heads' q heads (r = t * Hq + h). Writes unnormalised
-// partials pm[r], pl[r], pacc[r * D], or, for a whole chunk, the normalised rows of `out`.
+// One chunk for the rg = T * G query rows of its kv head (row i is r = t * Hq + g * G + q head of
+// the group). Writes unnormalised partials pm[r], pl[r], pacc[r * D], or, for a whole chunk, the
+// normalised rows of `out`.
 template <typename KT>
 void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                   const DecodeChunk& c, float* pm, float* pl, float* pacc, Tensor& out) {
-  const int64_t rows = a.t * a.hq, rg = a.t * a.g;
-  // Query row i (in (t, q head of group) order) of kv head g.
-  auto row_of = [&](int64_t g, int64_t i) { return (i / a.g) * a.hq + g * a.g + i % a.g; };
-  thread_local std::vector<float> s_buf, alpha_buf;
-  float* s = grow(s_buf, size_t(rows * 16));
-  float* alpha = grow(alpha_buf, size_t(rows));
+  const int64_t rows = a.t * a.hq, rg = a.t * a.g, g = c.g;  // rg <= 8 on this path
   const float* qb = q + c.b * rows * a.d;
-  for (int64_t g = c.g_begin; g < c.g_end; ++g)
-    for (int64_t i = 0; i < rg; ++i) {
-      const int64_t r = row_of(g, i);
-      pm[r] = kNegInf;
-      pl[r] = 0.f;
-      std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
-    }
+  int64_t r_of[8];
   const float* qrows[8];
-  __m512 part[8 * 16];  // lane partials [row of group][slot]; rg <= 8 on this path
+  for (int64_t i = 0; i < rg; ++i) {
+    const int64_t r = (i / a.g) * a.hq + g * a.g + i % a.g;
+    r_of[i] = r;
+    qrows[i] = qb + r * a.d;
+    pm[r] = kNegInf;
+    pl[r] = 0.f;
+    std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
+  }
+  alignas(64) float s[8 * 16];  // scores, then p, of the block: [row][slot]
+  float alpha[8];
+  __m512 part[8 * 16];  // lane partials [row][slot]
 #ifdef __AVX512BF16__
   // q rows split into bf16 hi/lo halves for the vdpbf16ps score path (bf16 cache, D % 32 == 0).
   const bool use_dp = std::is_same_v<KT, bf16_t> && a.d % 32 == 0;
   thread_local std::vector<bf16_t> qsplit_buf;
   const bf16_t* qhi[8];
   const bf16_t* qlo[8];
-  bf16_t* qsplit = nullptr;
   if (use_dp) {
-    if (qsplit_buf.size() < size_t(rows * 2 * a.d)) qsplit_buf.resize(size_t(rows * 2 * a.d));
-    qsplit = qsplit_buf.data();
-    for (int64_t g = c.g_begin; g < c.g_end; ++g)
-      for (int64_t i = 0; i < rg; ++i) {
-        const int64_t r = row_of(g, i);
-        for (int64_t e = 0; e < a.d; ++e) {
-          const float x = qb[r * a.d + e];
-          const bf16_t hi = f32_to_bf16(x);
-          qsplit[r * 2 * a.d + e] = hi;
-          qsplit[r * 2 * a.d + a.d + e] = f32_to_bf16(x - bf16_to_f32(hi));
-        }
+    if (qsplit_buf.size() < size_t(rg * 2 * a.d)) qsplit_buf.resize(size_t(rg * 2 * a.d));
+    for (int64_t i = 0; i < rg; ++i) {
+      bf16_t* hi = qsplit_buf.data() + i * 2 * a.d;
+      bf16_t* lo = hi + a.d;
+      for (int64_t e = 0; e < a.d; ++e) {
+        hi[e] = f32_to_bf16(qrows[i][e]);
+        lo[e] = f32_to_bf16(qrows[i][e] - bf16_to_f32(hi[e]));
       }
+      qhi[i] = hi;
+      qlo[i] = lo;
+    }
   }
 #endif
-  const int64_t slot_stride = a.hkv * a.d;
-  // This chunk's kv heads are contiguous within a slot's K (and V) row.
-  const int64_t head_bytes = (c.g_end - c.g_begin) * a.d * int64_t(sizeof(KT));
+  const int64_t slot_stride = a.hkv * a.d, row_bytes = a.d * int64_t(sizeof(KT));
   for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += 16) {
     const int64_t nb = std::min<int64_t>(16, c.j_end - j0);
-    // The next block's K and V rows of these heads into L2 while this one is computed: the cache
-    // is cold after the weight stream, and the per-head walk below is strided.
-    for (int64_t slot = j0 + 16; slot < std::min(j0 + 32, c.j_end); ++slot) {
-      const int64_t first = (c.b * a.l + slot) * slot_stride + c.g_begin * a.d;
-      const char* kr = reinterpret_cast<const char*>(k + first);
-      const char* vr = reinterpret_cast<const char*>(v + first);
-      for (int64_t off = 0; off < head_bytes; off += 64) {
+    const int64_t first = (c.b * a.l + j0) * slot_stride + g * a.d;  // this head's row of slot j0
+    // The next block's K and V rows of this head into L2 while this one is computed: the cache is
+    // cold after the weight stream, and the walk below is strided.
+    for (int64_t slot = 16; slot < std::min<int64_t>(32, c.j_end - j0); ++slot) {
+      const char* kr = reinterpret_cast<const char*>(k + first + slot * slot_stride);
+      const char* vr = reinterpret_cast<const char*>(v + first + slot * slot_stride);
+      for (int64_t off = 0; off < row_bytes; off += 64) {
         _mm_prefetch(kr + off, _MM_HINT_T1);
         _mm_prefetch(vr + off, _MM_HINT_T1);
       }
@@ -357,132 +353,97 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
     uint32_t base = 0;
     for (int64_t jj = 0; jj < nb; ++jj)
       if (mask[c.b * a.l + j0 + jj]) base |= 1u << jj;
-    // Scores for all rows (K block streamed once, all kv heads): lane partials per (row, slot),
-    // then one transposing reduction per row gives the row's 16 scores as one vector.
-    for (int64_t g = c.g_begin; g < c.g_end; ++g) {
-      for (int64_t i = 0; i < rg; ++i) {
-        const int64_t r = row_of(g, i);
-        qrows[i] = qb + r * a.d;
+    // Scores (K block streamed once): lane partials per (row, slot), then one transposing
+    // reduction per row gives the row's 16 scores as one vector.
+    bool scored = false;
 #ifdef __AVX512BF16__
-        if (use_dp) {
-          qhi[i] = qsplit + r * 2 * a.d;
-          qlo[i] = qsplit + r * 2 * a.d + a.d;
-        }
-#endif
-      }
-#ifdef __AVX512BF16__
-      if constexpr (std::is_same_v<KT, bf16_t>) {
-        // The common shapes (D = 64 or 128, up to 4 rows per kv head) keep q in registers.
-        const bf16_t* k0 = k + ((c.b * a.l + j0) * a.hkv + g) * a.d;
-        bool done = use_dp;
-        switch (use_dp ? rg * 100 + a.d : 0) {
+    if constexpr (std::is_same_v<KT, bf16_t>) {
+      // The common shapes (D = 64 or 128, up to 4 rows per kv head) keep q in registers.
+      scored = use_dp;
+      switch (use_dp ? rg * 100 + a.d : 0) {
 #define KILN_BLOCK_CASE(r, d)                                                              \
   case r * 100 + d:                                                                        \
-    decode_block_partials_dp<r, d / 32>(qhi, qlo, k0, slot_stride, base, part);           \
+    decode_block_partials_dp<r, d / 32>(qhi, qlo, k + first, slot_stride, base, part);    \
     break;
-          KILN_BLOCK_CASE(1, 64) KILN_BLOCK_CASE(2, 64) KILN_BLOCK_CASE(3, 64)
-          KILN_BLOCK_CASE(4, 64) KILN_BLOCK_CASE(1, 128) KILN_BLOCK_CASE(2, 128)
+        KILN_BLOCK_CASE(1, 64) KILN_BLOCK_CASE(2, 64) KILN_BLOCK_CASE(3, 64)
+        KILN_BLOCK_CASE(4, 64) KILN_BLOCK_CASE(1, 128) KILN_BLOCK_CASE(2, 128)
 #undef KILN_BLOCK_CASE
-          default: done = false;
-        }
-        if (done) {
-          float* sg = s + g * rg * 16;
-          for (int64_t i = 0; i < rg; ++i) _mm512_storeu_ps(sg + i * 16, hsum16(part + i * 16));
-          continue;
-        }
+        default: scored = false;
       }
+    }
 #endif
-      for (int64_t jj = 0; jj < 16; ++jj) {
-        if (jj >= nb || !(base >> jj & 1u)) {
-          for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
-          continue;
-        }
-        const KT* kp = k + ((c.b * a.l + j0 + jj) * a.hkv + g) * a.d;
+    for (int64_t jj = 0; jj < 16 && !scored; ++jj) {
+      if (!(base >> jj & 1u)) {
+        for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
+        continue;
+      }
+      const KT* kp = k + first + jj * slot_stride;
 #ifdef __AVX512BF16__
-        if (use_dp) {
-          if constexpr (std::is_same_v<KT, bf16_t>) {
-            switch (rg) {
+      if (use_dp) {
+        if constexpr (std::is_same_v<KT, bf16_t>) {
+          switch (rg) {
 #define KILN_DP_CASE(n) \
   case n:               \
     decode_partials_dp<n>(qhi, qlo, kp, a.d, part, jj); \
     break;
-              KILN_DP_CASE(1) KILN_DP_CASE(2) KILN_DP_CASE(3) KILN_DP_CASE(4)
-              KILN_DP_CASE(5) KILN_DP_CASE(6) KILN_DP_CASE(7) KILN_DP_CASE(8)
+            KILN_DP_CASE(1) KILN_DP_CASE(2) KILN_DP_CASE(3) KILN_DP_CASE(4)
+            KILN_DP_CASE(5) KILN_DP_CASE(6) KILN_DP_CASE(7) KILN_DP_CASE(8)
 #undef KILN_DP_CASE
-            }
-            continue;
           }
+          continue;
         }
+      }
 #endif
-        switch (rg) {
+      switch (rg) {
 #define KILN_SC_CASE(n) \
   case n:               \
     decode_partials<n>(qrows, kp, a.d, part, jj);  \
     break;
-          KILN_SC_CASE(1) KILN_SC_CASE(2) KILN_SC_CASE(3) KILN_SC_CASE(4)
-          KILN_SC_CASE(5) KILN_SC_CASE(6) KILN_SC_CASE(7) KILN_SC_CASE(8)
+        KILN_SC_CASE(1) KILN_SC_CASE(2) KILN_SC_CASE(3) KILN_SC_CASE(4)
+        KILN_SC_CASE(5) KILN_SC_CASE(6) KILN_SC_CASE(7) KILN_SC_CASE(8)
 #undef KILN_SC_CASE
-        }
       }
-      float* sg = s + g * rg * 16;
-      for (int64_t i = 0; i < rg; ++i) _mm512_storeu_ps(sg + i * 16, hsum16(part + i * 16));
     }
-    // Online softmax per row over this block; s becomes p (grouped layout [g][rg][16]).
-    for (int64_t g = c.g_begin; g < c.g_end; ++g)
-      for (int64_t t = 0; t < a.t; ++t) {
-        // Causal: slots j <= slot_offset + t.
-        const int64_t lim = a.slot_offset + t - j0;  // last visible jj
-        uint32_t vis = base;
-        if (lim < 15) vis &= lim < 0 ? 0u : (2u << lim) - 1u;
-        const __mmask16 vm = __mmask16(vis);
-        for (int64_t gi = 0; gi < a.g; ++gi) {
-          const int64_t r = t * a.hq + g * a.g + gi;
-          float* sp = s + (g * rg + t * a.g + gi) * 16;
-          __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), vm,
-                                         _mm512_mul_ps(_mm512_loadu_ps(sp), _mm512_set1_ps(a.scale)));
-          const float mb = vis ? _mm512_mask_reduce_max_ps(vm, sv) : kNegInf;
-          const float m_new = std::max(pm[r], mb);
-          if (m_new == kNegInf) {
-            _mm512_storeu_ps(sp, _mm512_setzero_ps());
-            alpha[r] = 1.f;
-            continue;
-          }
-          alpha[r] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
-          const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(sv, _mm512_set1_ps(m_new)));
-          _mm512_storeu_ps(sp, p);
-          pl[r] = pl[r] * alpha[r] + _mm512_reduce_add_ps(p);
-          pm[r] = m_new;
-        }
+    for (int64_t i = 0; i < rg; ++i) _mm512_store_ps(s + i * 16, hsum16(part + i * 16));
+    // Online softmax per row over this block; s becomes p.
+    for (int64_t i = 0; i < rg; ++i) {
+      // Causal: slots j <= slot_offset + t.
+      const int64_t r = r_of[i], lim = a.slot_offset + i / a.g - j0;  // last visible jj
+      uint32_t vis = base;
+      if (lim < 15) vis &= lim < 0 ? 0u : (2u << lim) - 1u;
+      const __mmask16 vm = __mmask16(vis);
+      float* sp = s + i * 16;
+      __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), vm,
+                                     _mm512_mul_ps(_mm512_load_ps(sp), _mm512_set1_ps(a.scale)));
+      const float mb = vis ? _mm512_mask_reduce_max_ps(vm, sv) : kNegInf;
+      const float m_new = std::max(pm[r], mb);
+      if (m_new == kNegInf) {
+        _mm512_store_ps(sp, _mm512_setzero_ps());
+        alpha[i] = 1.f;
+        continue;
       }
-    // acc += p V (V block streamed once), rows of a group in pairs.
-    for (int64_t g = c.g_begin; g < c.g_end; ++g) {
-      const KT* vp = v + ((c.b * a.l + j0) * a.hkv + g) * a.d;
-      for (int64_t i = 0; i < rg; i += 2) {
-        const int64_t r0 = row_of(g, i);
-        const float* p0 = s + (g * rg + i) * 16;
-        const float* p1 = nullptr;
-        float* acc1 = nullptr;
-        float alpha1 = 1.f;
-        if (i + 1 < rg) {
-          const int64_t r1 = row_of(g, i + 1);
-          p1 = p0 + 16;
-          acc1 = pacc + r1 * a.d;
-          alpha1 = alpha[r1];
-        }
-        decode_pv_chunks(vp, slot_stride, nb, base, a.d, p0, p1, alpha[r0], alpha1,
-                         pacc + r0 * a.d, acc1);
-      }
+      alpha[i] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
+      const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(sv, _mm512_set1_ps(m_new)));
+      _mm512_store_ps(sp, p);
+      pl[r] = pl[r] * alpha[i] + _mm512_reduce_add_ps(p);
+      pm[r] = m_new;
+    }
+    // acc += p V (V block streamed once), rows in pairs.
+    for (int64_t i = 0; i < rg; i += 2) {
+      const bool two = i + 1 < rg;
+      decode_pv_chunks(v + first, slot_stride, nb, base, a.d, s + i * 16,
+                       two ? s + (i + 1) * 16 : nullptr, alpha[i], two ? alpha[i + 1] : 1.f,
+                       pacc + r_of[i] * a.d, two ? pacc + r_of[i + 1] * a.d : nullptr);
     }
   }
   if (!c.whole) return;
-  for (int64_t g = c.g_begin; g < c.g_end; ++g)
-    for (int64_t i = 0; i < rg; ++i) {
-      const int64_t r = row_of(g, i);
-      float* acc = pacc + r * a.d;
-      const float inv = pl[r] > 0.f ? 1.f / pl[r] : 0.f;  // no visible slot: 0
-      for (int64_t e = 0; e < a.d; ++e) acc[e] *= inv;
-      detail::store_row(acc, a.d, out.raw(), out.dtype(), (c.b * rows + r) * a.d);
-    }
+  for (int64_t i = 0; i < rg; ++i) {
+    const int64_t r = r_of[i];
+    float* acc = pacc + r * a.d;
+    const float inv = pl[r] > 0.f ? 1.f / pl[r] : 0.f;  // no visible slot: 0
+    for (int64_t e = 0; e < a.d; ++e) acc[e] *= inv;
+    detail::store_row(acc, a.d, out.raw(), out.dtype(), (c.b * rows + r) * a.d);
+  }
 }
 
 template <typename KT>
@@ -496,33 +457,26 @@ void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, c
   // core is often 15-25 % slower than the other, which a static split left idle at the end (a
   // quarter of the attention's time in OpenMP's barrier at 512 slots).
   const int64_t per_batch = std::max<int64_t>(1, (2 * threads + a.b - 1) / a.b);
-  const int64_t head_items = a.hkv;
-  // Chunk (b, h, s) is chunks[first[b] + h * slot_chunks[b] + s]; kv head g is in head item
-  // head_item[g].
+  // Chunk (b, g, s) is chunks[first[b] + g * slot_chunks[b] + s].
   std::vector<DecodeChunk> chunks;
-  std::vector<int64_t> first(size_t(a.b)), slot_chunks(size_t(a.b)), head_item(size_t(a.hkv));
+  std::vector<int64_t> first(size_t(a.b)), slot_chunks(size_t(a.b));
   bool merge = false;
-  for (int64_t h = 0; h < head_items; ++h)
-    for (int64_t g = a.hkv * h / head_items; g < a.hkv * (h + 1) / head_items; ++g)
-      head_item[size_t(g)] = h;
   for (int64_t b = 0; b < a.b; ++b) {
     first[size_t(b)] = int64_t(chunks.size());
     const int64_t lo = vis[size_t(b)].lo;
     const int64_t hi = std::max(lo, std::min(vis[size_t(b)].hi, a.slot_offset + a.t));
     // Slot chunks of >= 64 slots: shorter ones cost more in merging than they save.
-    const int64_t n = std::clamp<int64_t>((per_batch + head_items - 1) / head_items, 1,
+    const int64_t n = std::clamp<int64_t>((per_batch + a.hkv - 1) / a.hkv, 1,
                                           std::max<int64_t>(1, (hi - lo + 63) / 64));
     const int64_t len = std::max<int64_t>(16, ((hi - lo + n - 1) / n + 15) / 16 * 16);
     slot_chunks[size_t(b)] = n;
     merge = merge || n > 1;
-    for (int64_t h = 0; h < head_items; ++h) {
-      const int64_t g0 = a.hkv * h / head_items, g1 = a.hkv * (h + 1) / head_items;
+    for (int64_t g = 0; g < a.hkv; ++g)
       for (int64_t i = 0; i < n; ++i) {
-        // Empty trailing chunks (hi - lo not a multiple of len) keep the (b, h, s) indexing.
+        // Empty trailing chunks (hi - lo not a multiple of len) keep the (b, g, s) indexing.
         const int64_t j0 = std::min(hi, lo + i * len), j1 = std::min(hi, lo + (i + 1) * len);
-        chunks.push_back({b, g0, g1, j0, j1, n == 1});
+        chunks.push_back({b, g, j0, j1, n == 1});
       }
-    }
   }
   const int64_t rows = a.t * a.hq, nchunks = int64_t(chunks.size());
   // Partials live on the calling thread and are reused across calls: fresh pages cost ~10 us each.
@@ -543,7 +497,7 @@ void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, c
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t b = i / rows, r = i % rows, n = slot_chunks[size_t(b)];
       if (n == 1) continue;  // written by its chunk
-      const int64_t c_begin = first[size_t(b)] + head_item[size_t((r % a.hq) / a.g)] * n;
+      const int64_t c_begin = first[size_t(b)] + (r % a.hq) / a.g * n;
       float m = kNegInf;
       for (int64_t c = c_begin; c < c_begin + n; ++c) m = std::max(m, pm[c * rows + r]);
       std::fill(res.begin(), res.end(), 0.f);

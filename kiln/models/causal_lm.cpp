@@ -139,10 +139,16 @@ KVCache CausalLM::make_cache(int64_t batch, int64_t max_len) const {
   KVCache c;
   c.batch = batch;
   c.max_len = max_len;
-  const Shape s = {batch, max_len, config_.num_key_value_heads, config_.head_dim};
-  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    c.k.push_back(Tensor::zeros(s, dtype_));
-    c.v.push_back(Tensor::zeros(s, dtype_));
+  // One allocation for every layer's k and v, each a [B, L, Hkv, D] view of it: a block this large
+  // is mapped in 2 MiB pages (see map_pages), where a tensor per layer (1 MiB at a 512-token
+  // context) got 4 KiB pages, whose first touch by a decode step's cache write and whose TLB
+  // misses on the attention's reads cost ~1 ms of a 512-token step (docs/notes/cpu-attention.md).
+  const int64_t layers = config_.num_hidden_layers;
+  const Tensor block = Tensor::zeros(
+      {2 * layers * batch, max_len, config_.num_key_value_heads, config_.head_dim}, dtype_);
+  for (int64_t l = 0; l < layers; ++l) {
+    c.k.push_back(block.slice0(2 * l * batch, (2 * l + 1) * batch));
+    c.v.push_back(block.slice0((2 * l + 1) * batch, (2 * l + 2) * batch));
   }
   return c;
 }

@@ -34,7 +34,8 @@ struct FromPretrainedOptions {
   bool strict_compile = false;      // also KILN_STRICT_COMPILE=1: unplanned shapes are errors
 };
 
-// The static KV cache: per layer, k and v of shape [B, L, Hkv, D] in the model dtype.
+// The static KV cache: per layer, k and v of shape [B, L, Hkv, D] in the model dtype, views of one
+// allocation (so it is mapped in huge pages).
 struct KVCache {
   int64_t batch = 0, max_len = 0;
   std::vector<Tensor> k, v;

@@ -2,7 +2,10 @@
 // lets two live buffers overlap, and the compile-cache counters and strict mode.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/graph/passes.h"
@@ -116,3 +119,29 @@ TEST(Compile, MissingOrMisshapenTensorsAndBadConfigsNameTheCulprit) {
 }
 
 }  // namespace
+
+// The cache is one allocation (mapped in huge pages) holding every layer's k and v as views: each
+// [B, L, Hkv, D], zeroed, and no two overlapping (an overlap would let one layer's writes
+// overwrite another's keys, which a batch-1 golden test at a short prompt might not notice).
+TEST(KVCache, OneAllocationOfDisjointZeroedViews) {
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::bf16});
+  const auto& c = m->config();
+  const int64_t B = 3, L = 40;
+  kiln::models::KVCache cache = m->make_cache(B, L);
+  ASSERT_EQ(int64_t(cache.k.size()), c.num_hidden_layers);
+  ASSERT_EQ(int64_t(cache.v.size()), c.num_hidden_layers);
+  const kiln::Shape shape = {B, L, c.num_key_value_heads, c.head_dim};
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (const auto* side : {&cache.k, &cache.v})
+    for (const kiln::Tensor& t : *side) {
+      EXPECT_EQ(t.shape(), shape);
+      EXPECT_EQ(t.dtype(), kiln::DType::bf16);
+      EXPECT_EQ(t.storage(), cache.k[0].storage());
+      ranges.emplace_back(t.offset(), t.offset() + t.nbytes());
+      for (float x : t.to_f32_vector()) ASSERT_EQ(x, 0.f);
+    }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) EXPECT_LE(ranges[i - 1].second, ranges[i].first);
+  EXPECT_EQ(cache.bytes(), size_t(2 * c.num_hidden_layers * B * L * c.num_key_value_heads *
+                                  c.head_dim * 2));
+}

@@ -7,11 +7,39 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
 
 namespace kiln {
 
 int num_threads();
+
+namespace detail {
+
+// The state of run_with_spinning_team (below): thread 0 posts a job by bumping `seq`; the others
+// spin on it, run their share and count themselves in `done`.
+struct SpinTeam {
+  std::atomic<uint64_t> seq{0};
+  std::atomic<int> done{0};
+  std::atomic<bool> stop{false};
+  std::atomic<bool> failed{false};  // a helper's exception is in `error`
+  void (*invoke)(void* ctx, int t, int nt) = nullptr;
+  void* ctx = nullptr;
+  int nt = 1;
+  std::exception_ptr error;
+};
+
+SpinTeam*& current_team();  // set on the thread running a team's body, else null
+bool& in_team_job();        // this thread is running a share of a team job
+void run_team_job(SpinTeam& team, void (*invoke)(void*, int, int), void* ctx);
+void team_helper_loop(SpinTeam& team, int t);
+
+template <typename Share>
+void run_on_team(SpinTeam& team, Share& share) {
+  run_team_job(team, [](void* c, int t, int nt) { (*static_cast<Share*>(c))(t, nt); }, &share);
+}
+
+}  // namespace detail
 
 // Runs fn(begin, end) over [0, n) split into contiguous chunks, one per thread. Blocks until done.
 // fn must be safe to call concurrently on disjoint ranges.
@@ -19,17 +47,18 @@ template <typename Fn>
 void parallel_for(int64_t n, Fn&& fn, int64_t min_chunk = 1) {
   if (n <= 0) return;
   int threads = num_threads();
-  if (threads <= 1 || n <= min_chunk) {
+  if (threads <= 1 || n <= min_chunk || detail::in_team_job()) {
     fn(int64_t(0), n);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+  auto share = [&](int t, int nt) {
     int64_t chunk = (n + nt - 1) / nt;
     int64_t b = t * chunk, e = b + chunk < n ? b + chunk : n;
     if (b < e) fn(b, e);
-  }
+  };
+  if (detail::SpinTeam* team = detail::current_team()) return detail::run_on_team(*team, share);
+#pragma omp parallel num_threads(threads)
+  share(omp_get_thread_num(), omp_get_num_threads());
 }
 
 // Like parallel_for, for memory-bound streams whose threads do not run at the same speed (on this VM
@@ -41,7 +70,7 @@ template <typename Fn>
 void parallel_for_stealing(int64_t n, int64_t grain, Fn&& fn, int64_t min_chunk = 1) {
   if (n <= 0) return;
   int threads = num_threads();
-  if (threads <= 1 || n <= min_chunk) {
+  if (threads <= 1 || n <= min_chunk || detail::in_team_job()) {
     fn(int64_t(0), n);
     return;
   }
@@ -66,15 +95,50 @@ void parallel_for_stealing(int64_t n, int64_t grain, Fn&& fn, int64_t min_chunk 
         return int64_t(from_front ? front : back - 1);
     }
   };
-#pragma omp parallel num_threads(threads)
-  {
+  auto work = [&](int t, int) {
     // Every share is visited, even if the runtime gave fewer threads than asked for.
-    const int t = omp_get_thread_num();
     auto run = [&](int64_t g) { fn(g * grain, std::min(n, (g + 1) * grain)); };
     for (int64_t g; (g = claim(shares[t], true)) >= 0;) run(g);
     for (int other = 1; other < threads; ++other)
       for (int64_t g; (g = claim(shares[(t + other) % threads], false)) >= 0;) run(g);
+  };
+  if (detail::SpinTeam* team = detail::current_team()) return detail::run_on_team(*team, work);
+#pragma omp parallel num_threads(threads)
+  work(omp_get_thread_num(), omp_get_num_threads());
+}
+
+// Runs body() on this thread while the other threads of one OpenMP region spin, waiting for the
+// loops body() starts: every parallel_for / parallel_for_stealing inside it is handed to them as a
+// job (~0.3 us) instead of opening a parallel region (~3.3 us here: libgomp's fork and join each
+// make a futex syscall). For a run of many short loops that call nothing else parallel, such as a
+// decode step; a oneDNN call inside would run on one thread. Loops nested in a job run serially,
+// as nested parallel regions do. Exceptions from body() or any job reach the caller.
+template <typename Body>
+void run_with_spinning_team(Body&& body) {
+  const int threads = num_threads();
+  if (threads <= 1 || detail::current_team() || detail::in_team_job() || omp_in_parallel()) {
+    body();
+    return;
   }
+  detail::SpinTeam team;
+  std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+  {
+    if (omp_get_thread_num() == 0) {
+      team.nt = omp_get_num_threads();
+      detail::current_team() = team.nt > 1 ? &team : nullptr;
+      try {
+        body();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      detail::current_team() = nullptr;
+      team.stop.store(true, std::memory_order_release);
+    } else {
+      detail::team_helper_loop(team, omp_get_thread_num());
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace kiln

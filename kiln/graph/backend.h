@@ -53,6 +53,15 @@ class Backend {
   // ops and in-place state ops, out already aliases the right storage).
   virtual void run(const Node& n, const void* prepared, std::span<const Tensor> inputs, Tensor& out,
                    const RunContext& ctx) = 0;
+  // Calls `nodes`, which runs every node of g in order through run(); a backend may set something
+  // up around a whole run (the CPU backend keeps its threads spinning through a decode step).
+  // prepared[i] is what prepare() returned for node i.
+  virtual void run_graph(const Graph& g, std::span<const std::shared_ptr<void>> prepared,
+                         const std::function<void()>& nodes) {
+    (void)g;
+    (void)prepared;
+    nodes();
+  }
 };
 
 }  // namespace kiln::graph

@@ -211,6 +211,7 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
   std::vector<Tensor> args;
   OpProfile* profile = runs_++ > 0 ? OpProfile::get() : nullptr;
   if (profile) profile->add_run(graph_.function);
+  backend_.run_graph(graph_, prepared_, [&] {
   for (size_t i = 0; i < n; ++i) {
     const Node& node = graph_.nodes[i];
     if (node.op == Op::Input || node.op == Op::State) continue;
@@ -239,6 +240,7 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
     }
     values[i] = std::move(out);
   }
+  });
   std::vector<Tensor> outs;
   for (Value o : graph_.outputs) outs.push_back(values[size_t(o)]);
   return outs;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <vector>
 
 namespace kiln {
@@ -63,3 +64,77 @@ TEST(ParallelForStealing, SmallRangesRunInline) {
 
 }  // namespace
 }  // namespace kiln
+
+// run_with_spinning_team: the loops inside run on the team's threads, every index once, many loops
+// in a row (a decode step has ~170), stealing included.
+TEST(SpinningTeam, LoopsInsideRunEveryIndexOnceOnAllThreads) {
+  const int64_t n = 1000;
+  std::vector<std::atomic<int>> hits(n);
+  std::vector<std::atomic<int>> by_thread(64);
+  int loops = 0;
+  kiln::run_with_spinning_team([&] {
+    for (int rep = 0; rep < 2000; ++rep, ++loops) {
+      auto count = [&](int64_t b, int64_t e) {
+        by_thread[size_t(omp_get_thread_num() % 64)] += 1;
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)] += 1;
+      };
+      if (rep % 2)
+        kiln::parallel_for(n, count);
+      else
+        kiln::parallel_for_stealing(n, 7, count);
+    }
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), loops) << "index " << i;
+  if (kiln::num_threads() > 1) {
+    EXPECT_GT(by_thread[1].load(), 0) << "no loop reached a helper";
+  }
+}
+
+TEST(SpinningTeam, NestedLoopsAndTeamsRunSeriallyInPlace) {
+  std::atomic<int> inner_regions{0}, outer{0};
+  kiln::run_with_spinning_team([&] {
+    kiln::run_with_spinning_team([&] { ++outer; });  // nested team: body runs directly
+    kiln::parallel_for(4, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int t = omp_get_thread_num();
+        kiln::parallel_for(100, [&](int64_t, int64_t) {
+          EXPECT_EQ(omp_get_thread_num(), t);  // a nested loop stays on its thread, whole
+          ++inner_regions;
+        });
+      }
+    });
+  });
+  EXPECT_EQ(outer.load(), 1);
+  EXPECT_EQ(inner_regions.load(), 4);
+}
+
+// An exception on a helper's share, or in the body, reaches the caller; the team shuts down and
+// the next one works.
+TEST(SpinningTeam, ExceptionsReachTheCaller) {
+  if (kiln::num_threads() < 2) GTEST_SKIP() << "needs two threads";
+  EXPECT_THROW(kiln::run_with_spinning_team([&] {
+                 kiln::parallel_for(2, [&](int64_t b, int64_t) {
+                   if (b == 1) throw std::runtime_error("share 1");
+                 });
+               }),
+               std::runtime_error);
+  EXPECT_THROW(kiln::run_with_spinning_team([&] {
+                 kiln::parallel_for(2, [](int64_t, int64_t) {});
+                 throw std::logic_error("body");
+               }),
+               std::logic_error);
+  std::atomic<int64_t> sum{0};
+  kiln::run_with_spinning_team([&] {
+    try {
+      kiln::parallel_for_stealing(64, 1, [&](int64_t b, int64_t) {
+        if (b == 63) throw std::runtime_error("last grain");
+      });
+    } catch (const std::runtime_error&) {
+      sum += 1000;  // caught inside: the team goes on
+    }
+    kiln::parallel_for(100, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i;
+    });
+  });
+  EXPECT_EQ(sum.load(), 1000 + 4950);
+}

@@ -212,34 +212,34 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
   OpProfile* profile = runs_++ > 0 ? OpProfile::get() : nullptr;
   if (profile) profile->add_run(graph_.function);
   backend_.run_graph(graph_, prepared_, [&] {
-  for (size_t i = 0; i < n; ++i) {
-    const Node& node = graph_.nodes[i];
-    if (node.op == Op::Input || node.op == Op::State) continue;
-    if (node.op == Op::Weight) {
-      values[i] = weights_[i];
-      continue;
+    for (size_t i = 0; i < n; ++i) {
+      const Node& node = graph_.nodes[i];
+      if (node.op == Op::Input || node.op == Op::State) continue;
+      if (node.op == Op::Weight) {
+        values[i] = weights_[i];
+        continue;
+      }
+      args.clear();
+      for (Value in : node.inputs) args.push_back(values[size_t(in)]);
+      Tensor out;
+      if (op_info(node.op).view) {
+        const size_t skip = node.op == Op::Slice ? size_t(node.i0) * dtype_size(node.dtype) : 0;
+        out = Tensor(args[0].storage(), args[0].offset() + skip, node.shape, node.dtype);
+      } else if (offset_[i] >= 0) {
+        out = Tensor(arena_.storage(), size_t(offset_[i]), node.shape, node.dtype);
+      } else {
+        out = Tensor::empty(node.shape, node.dtype);
+      }
+      if (profile) {
+        const auto t0 = std::chrono::steady_clock::now();
+        backend_.run(node, prepared_[i].get(), args, out, ctx);
+        profile->add(graph_.function, node.op,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      } else {
+        backend_.run(node, prepared_[i].get(), args, out, ctx);
+      }
+      values[i] = std::move(out);
     }
-    args.clear();
-    for (Value in : node.inputs) args.push_back(values[size_t(in)]);
-    Tensor out;
-    if (op_info(node.op).view) {
-      const size_t skip = node.op == Op::Slice ? size_t(node.i0) * dtype_size(node.dtype) : 0;
-      out = Tensor(args[0].storage(), args[0].offset() + skip, node.shape, node.dtype);
-    } else if (offset_[i] >= 0) {
-      out = Tensor(arena_.storage(), size_t(offset_[i]), node.shape, node.dtype);
-    } else {
-      out = Tensor::empty(node.shape, node.dtype);
-    }
-    if (profile) {
-      const auto t0 = std::chrono::steady_clock::now();
-      backend_.run(node, prepared_[i].get(), args, out, ctx);
-      profile->add(graph_.function, node.op,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    } else {
-      backend_.run(node, prepared_[i].get(), args, out, ctx);
-    }
-    values[i] = std::move(out);
-  }
   });
   std::vector<Tensor> outs;
   for (Value o : graph_.outputs) outs.push_back(values[size_t(o)]);

@@ -116,7 +116,7 @@ void parallel_for_stealing(int64_t n, int64_t grain, Fn&& fn, int64_t min_chunk 
 template <typename Body>
 void run_with_spinning_team(Body&& body) {
   const int threads = num_threads();
-  if (threads <= 1 || detail::current_team() || detail::in_team_job() || omp_in_parallel()) {
+  if (threads <= 1 || omp_in_parallel()) {  // inside a team (or any region) already
     body();
     return;
   }

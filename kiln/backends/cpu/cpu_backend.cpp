@@ -102,9 +102,7 @@ class CpuBackend final : public graph::Backend {
         case Op::Embedding: case Op::RMSNorm: case Op::Add: case Op::SiLU: case Op::Mul:
         case Op::SiluMul: case Op::SplitColumns: case Op::Rope: case Op::KVCacheWrite:
         case Op::QKNormRopeCache: case Op::TakeLastRows: case Op::Cast: case Op::BiasAdd:
-          break;
-        case Op::Attention:  // the decode path: T x (q heads per kv head) <= 8, no oneDNN
-          if (n.shape.size() != 4 || n.shape[1] > detail::kGemvMaxM) return false;
+        case Op::Attention:  // B x T <= kGemvMaxM (the linears' rows): the decode path, no oneDNN
           break;
         case Op::Linear:
         case Op::LinearResidual: {

@@ -100,6 +100,12 @@ const std::vector<AttnShape>& shapes() {
       {"prefill_d160_g4", 1, 20, 24, 8, 2, 160, 4, {2}},
       {"prefill_g3", 1, 25, 30, 6, 2, 32, 5, {0}},
       {"prefill_holes", 2, 20, 20, 4, 2, 32, 0, {0, 3}, {1, 7, 8, 15}},
+      // prefill through the bf16 GEMMs (T >= 32): two query blocks over two 64-key panels with
+      // holes, a block that sees no key (row 1's padding covers it); G = 3 with odd key counts;
+      // an all-padding row.
+      {"prefill_gemm_d128", 2, 100, 140, 4, 2, 128, 10, {0, 75}, {3, 40, 77, 90}},
+      {"prefill_gemm_d64_g3", 1, 40, 50, 6, 2, 64, 3, {2}, {20, 31}},
+      {"prefill_gemm_empty_row", 2, 33, 33, 2, 1, 32, 0, {0, 33}},
       // scalar path (D % 16 != 0).
       {"scalar_d8", 2, 5, 9, 3, 1, 8, 4, {0, 3}},
       {"scalar_decode_d24", 2, 1, 9, 2, 2, 24, 8, {1, 9}},

@@ -9,10 +9,11 @@
 //    all (query, q head of the group) pairs, so a group's q heads share each K/V block. Scores are
 //    computed transposed (S^T [keys, rows] = K Q^T with Q^T prepared once per item), which makes the
 //    per-row softmax reductions vertical vector ops. Memory is O(block), never O(T * L).
-//  - prefill through GEMMs (bf16 cache, T >= 32, AVX-512): per batch row and block of 128 queries,
-//    S = Q K^T and O = P V are oneDNN bf16 batched matmuls over the kv heads (the G q heads of a
-//    group are rows of one matrix), with the masked softmax between them in f32 and P rounded to
-//    bf16 as bf16 flash attention does. 3-4x the f32 kernel above at the lengths that matter
+//  - prefill through GEMMs (bf16 cache, T >= 32, AVX512_BF16): per batch row, K and V are packed
+//    once as kiln's bf16 GEMM's B panels; a work item (kv head, block of 32 queries) computes
+//    S = Q K^T and O = P V with that GEMM (the G q heads of a group are rows of one matrix) and the
+//    masked softmax between them in f32, with Q and P split into bf16 hi/lo halves so the result
+//    stays f32-accurate. 3-4x the f32 kernel above at the lengths that matter
 //    (docs/notes/cpu-attention.md); keys past a block's last query are skipped, so the causal waste
 //    is the diagonal block only.
 //  - scalar: any D and any ISA; one query row at a time. Also the reference the tests compare to.
@@ -20,6 +21,7 @@
 // against a partly filled cache streams only the filled part.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -700,33 +702,27 @@ void attention_prefill(const Dims& a, const float* q, const KT* k, const KT* v,
 }
 
 // ------------------------------------------------------------------------------------------------
-// Prefill through bf16 GEMMs.
+// Prefill through bf16 GEMMs (AVX512_BF16 builds).
 //
 // K and V are bf16 in the cache, so only Q and P need rounding for a bf16 GEMM. Each is split into
-// hi = bf16(x) and lo = bf16(x - hi) (~16 significant bits together) and both halves are rows of
-// the same GEMM, so S = Q K^T and O = P V come out f32-accurate (like the decode path's split q)
-// for twice the FLOPs, which the GEMM's 6x speed over the f32 kernel pays for.
+// hi = bf16(x) and lo = bf16(x - hi) (~16 significant bits together), so S = Q K^T and O = P V come
+// out f32-accurate (like the decode path's split q) for twice the FLOPs, which the GEMM's 6x speed
+// over the f32 kernel pays for. Q's halves are the two halves of one row against K packed twice
+// ([q_hi | q_lo] . [k | k]: S comes out summed); P's are separate rows, O's two rows summed after.
+//
+// The GEMMs are kiln's own (gemm_bf16_packed) on K and V packed once per batch row as its B
+// panels, and one work item (kv head, block of queries) runs S, the softmax and O on one thread:
+// two parallel regions per batch row. (oneDNN's batched matmuls over the kv heads, each a region
+// of its own with three more for the softmax and the splits, spent ~30 % of a 128-token prefill's
+// attention waiting in OpenMP barriers.)
+#ifdef __AVX512BF16__
 
-constexpr int64_t kGemmQueryBlock = 64;  // queries per block (x G rows per kv head)
+constexpr int64_t kGemmQueryBlock = 32;  // queries per block (x G rows per kv head); 16-64 measured
 constexpr int64_t kGemmMinT = 32;         // below this the f32 kernel's setup is cheaper
+constexpr int64_t kPanel = detail::kBlockN;  // columns of a packed B panel
 
-// Scratch slots of detail::thread_scratch (0-2 belong to linear and gemm).
+// Scratch slots of detail::thread_scratch (0-2 belong to linear and gemm, 9-10 to gemm_bf16).
 enum GemmScratch { kScratchK = 3, kScratchV, kScratchQ, kScratchS, kScratchP, kScratchO };
-
-// dst [batch, M, N] f32 = src [batch, M, K] bf16 x wei [batch, K, N] bf16, operands by strides.
-void batched_matmul(const void* src, const dnnl::memory::dims& src_strides, const void* wei,
-                    const dnnl::memory::dims& wei_strides, float* dst, int64_t batch, int64_t m,
-                    int64_t k, int64_t n) {
-  using dnnl::memory;
-  const memory::desc a_md({batch, m, k}, memory::data_type::bf16, src_strides);
-  const memory::desc b_md({batch, k, n}, memory::data_type::bf16, wei_strides);
-  const memory::desc c_md({batch, m, n}, memory::data_type::f32, memory::format_tag::abc);
-  std::string key = "attn:";
-  for (int64_t v : {batch, m, k, n}) key += std::to_string(v) + ",";
-  for (int64_t v : src_strides) key += std::to_string(v) + ",";
-  for (int64_t v : wei_strides) key += std::to_string(v) + ",";
-  detail::run_strided_matmul(key, a_md, src, b_md, wei, c_md, dst);
-}
 
 // Writes x as hi = bf16(x) and lo = bf16(x - hi) (masked lanes).
 inline void store_split_bf16(bf16_t* hi, bf16_t* lo, __m512 x, __mmask16 m) {
@@ -740,19 +736,17 @@ inline __mmask16 lanes_below(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
 }
 
-// One query row: scores s = s_hi + s_lo over n keys, of which keys [0, causal) with km != 0 are
+// One query row: scores s over n keys, of which keys [0, causal) with km != 0 are
 // visible. Writes p = exp(s - max) for visible keys and 0 elsewhere, split into p_hi and p_lo, and
 // returns the sum of p (0 when no key is visible).
-float masked_softmax_row(const float* s_hi, const float* s_lo, const int32_t* km, int64_t causal,
-                         int64_t n, bf16_t* p_hi, bf16_t* p_lo) {
+float masked_softmax_row(const float* s, const int32_t* km, int64_t causal, int64_t n,
+                         bf16_t* p_hi, bf16_t* p_lo) {
   const __m512i zero = _mm512_setzero_si512();
   auto visible = [&](int64_t j) {
     const __mmask16 tail = lanes_below(causal - j);
     return _mm512_mask_cmpneq_epi32_mask(tail, _mm512_maskz_loadu_epi32(tail, km + j), zero);
   };
-  auto score = [&](int64_t j, __mmask16 m) {
-    return _mm512_add_ps(_mm512_maskz_loadu_ps(m, s_hi + j), _mm512_maskz_loadu_ps(m, s_lo + j));
-  };
+  auto score = [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, s + j); };
   __m512 vmax = _mm512_set1_ps(kNegInf);
   for (int64_t j = 0; j < causal; j += 16) {
     const __mmask16 vis = visible(j);
@@ -779,82 +773,100 @@ float masked_softmax_row(const float* s_hi, const float* s_lo, const int32_t* km
 void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, const bf16_t* v,
                             const int32_t* mask, const std::vector<VisRange>& vis, Tensor& out) {
   const int64_t H = a.hkv, G = a.g, D = a.d;
+  const int64_t blocks = (a.t + kGemmQueryBlock - 1) / kGemmQueryBlock;
   for (int64_t b = 0; b < a.b; ++b) {
     const int64_t lo = vis[size_t(b)].lo;
     const int64_t hi = std::max(lo, std::min(vis[size_t(b)].hi, a.slot_offset + a.t));
     const int64_t lfull = hi - lo;
     const int32_t* km = mask + b * a.l + lo;
-    // This row's K and V slots [lo, hi), dense per kv head: [H, lfull, D]. Masked slots are
-    // copied as zeros: P is 0 there, and 0 x NaN from a never-written slot would still be NaN.
-    const size_t kv_bytes = size_t(std::max<int64_t>(1, H * lfull * D)) * 2;
-    auto* kd = static_cast<bf16_t*>(detail::thread_scratch(kScratchK, kv_bytes));
-    auto* vd = static_cast<bf16_t*>(detail::thread_scratch(kScratchV, kv_bytes));
-    parallel_for(lfull, [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s)
-        for (int64_t h = 0; h < H; ++h) {
-          const int64_t from = ((b * a.l + lo + s) * H + h) * D, to = (h * lfull + s) * D;
-          if (km[s] == 0) {
-            std::fill(kd + to, kd + to + D, bf16_t(0));
-            std::fill(vd + to, vd + to + D, bf16_t(0));
-            continue;
-          }
-          std::copy(k + from, k + from + D, kd + to);
-          std::copy(v + from, v + from + D, vd + to);
+    // This row's visible slots [lo, hi) of each kv head, packed as the two GEMMs' B panels: K's
+    // with each panel's D / 2 k pairs twice (for [q_hi | q_lo]), V's once.
+    const int64_t k_panel = 2 * D * kPanel;
+    const int64_t k_head = (std::max<int64_t>(lfull, 1) + kPanel - 1) / kPanel * k_panel;
+    const int64_t v_pairs = (std::max<int64_t>(lfull, 1) + 1) / 2;
+    const int64_t v_panel = v_pairs * 2 * kPanel;
+    const int64_t v_head = detail::round_up(D, kPanel) / kPanel * v_panel;
+    auto* kp = static_cast<bf16_t*>(detail::thread_scratch(kScratchK, size_t(H * k_head) * 2));
+    auto* vp = static_cast<bf16_t*>(detail::thread_scratch(kScratchV, size_t(H * v_head) * 2));
+    // A masked slot's value is zeroed in the panels (P is 0 there, and 0 x NaN from a never-written
+    // slot would still be NaN); its key's scores are never read.
+    const int64_t slot_stride = H * D;
+    parallel_for(H, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
+        const int64_t first = (b * a.l + lo) * slot_stride + h * D;
+        auto* kh = reinterpret_cast<uint16_t*>(kp + h * k_head);
+        auto* vh = reinterpret_cast<uint16_t*>(vp + h * v_head);
+        for (int64_t j = 0; j * kPanel < lfull; ++j) {
+          uint16_t* panel = kh + j * k_panel;
+          const bf16_t* keys = k + first + j * kPanel * slot_stride;
+          detail::pack_b_panels(reinterpret_cast<const uint16_t*>(keys), slot_stride, true, D,
+                                std::min(kPanel, lfull - j * kPanel), panel);
+          std::memcpy(panel + D * kPanel, panel, size_t(D * kPanel) * 2);
         }
-    });
-    for (int64_t t0 = 0; t0 < a.t; t0 += kGemmQueryBlock) {
-      // Rows r = (t, g) of each kv head h; hi halves at rows [0, M), lo halves at [M, 2M).
-      const int64_t tb = std::min(kGemmQueryBlock, a.t - t0), M = tb * G, M2 = 2 * M;
-      const int64_t lk = std::clamp<int64_t>(a.slot_offset + t0 + tb - lo, 0, lfull);  // keys
-      const int64_t lkp = std::max<int64_t>(lk, 1);
-      auto* qs = static_cast<bf16_t*>(detail::thread_scratch(kScratchQ, size_t(H * M2 * D) * 2));
-      auto* sc = static_cast<float*>(detail::thread_scratch(kScratchS, size_t(H * M2 * lkp) * 4));
-      auto* ps = static_cast<bf16_t*>(detail::thread_scratch(kScratchP, size_t(H * M2 * lkp) * 2));
-      auto* os = static_cast<float*>(detail::thread_scratch(kScratchO, size_t(H * M2 * D) * 4));
-      auto row_of = [&](int64_t r) {  // (h, r) -> q/out row offset
-        const int64_t h = r / M, t = (r % M) / G, g = r % G;
-        return ((b * a.t + t0 + t) * a.hq + h * G + g) * D;
-      };
-      const __m512 vscale = _mm512_set1_ps(a.scale);
-      parallel_for(H * M, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t h = r / M, i = r % M;
-          bf16_t* dhi = qs + (h * M2 + i) * D;
-          for (int64_t c = 0; c < D; c += 16)
-            store_split_bf16(dhi + c, dhi + M * D + c,
-                             _mm512_mul_ps(_mm512_loadu_ps(q + row_of(r) + c), vscale), 0xffff);
-        }
-      });
-      std::vector<float> sums(size_t(H * M), 0.f);
-      if (lk > 0) {
-        // S [H, 2M, lk] = Q [H, 2M, D] x K^T [H, D, lk]
-        batched_matmul(qs, {M2 * D, D, 1}, kd, {lfull * D, 1, D}, sc, H, M2, D, lk);
-        parallel_for(H * M, [&](int64_t r0, int64_t r1) {
-          for (int64_t r = r0; r < r1; ++r) {
-            const int64_t h = r / M, i = r % M, t = i / G;
-            const int64_t causal = std::clamp<int64_t>(a.slot_offset + t0 + t - lo + 1, 0, lk);
-            const int64_t hi_row = h * M2 + i, lo_row = hi_row + M;
-            sums[size_t(r)] = masked_softmax_row(sc + hi_row * lk, sc + lo_row * lk, km, causal,
-                                                 lk, ps + hi_row * lk, ps + lo_row * lk);
+        detail::pack_b_panels(reinterpret_cast<const uint16_t*>(v + first), slot_stride, false,
+                              lfull, D, vh);
+        for (int64_t s = 0; s < lfull; ++s) {
+          if (km[s] != 0) continue;
+          for (int64_t j = 0; j * kPanel < D; ++j) {
+            uint16_t* pair = vh + j * v_panel + (s / 2) * 2 * kPanel;
+            for (int64_t c = 0; c < kPanel; ++c) pair[2 * c + s % 2] = 0;
           }
-        });
-        // O [H, 2M, D] = P [H, 2M, lk] x V [H, lk, D]
-        batched_matmul(ps, {M2 * lk, lk, 1}, vd, {lfull * D, D, 1}, os, H, M2, lk, D);
+        }
       }
-      parallel_for(H * M, [&](int64_t r0, int64_t r1) {
-        std::vector<float> row(static_cast<size_t>(D));
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t h = r / M, i = r % M;
-          const float inv = sums[size_t(r)] > 0.f ? 1.f / sums[size_t(r)] : 0.f;
-          const float* o_hi = os + (h * M2 + i) * D;
-          const float* o_lo = o_hi + M * D;
-          for (int64_t c = 0; c < D; ++c) row[size_t(c)] = lk > 0 ? (o_hi[c] + o_lo[c]) * inv : 0.f;
-          detail::store_row(row.data(), D, out.raw(), out.dtype(), row_of(r));
+    });
+    // Items (kv head h, query block): a head's blocks are adjacent, latest (most keys) first, so
+    // each thread's share of heads costs the same and a thief takes the cheapest items.
+    parallel_for_stealing(H * blocks, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t item = i0; item < i1; ++item) {
+        const int64_t h = item / blocks, t0 = (blocks - 1 - item % blocks) * kGemmQueryBlock;
+        // Rows i = (t, g) of this kv head; P's hi halves at rows [0, M), lo halves at [M, 2M).
+        const int64_t tb = std::min(kGemmQueryBlock, a.t - t0), M = tb * G, M2 = 2 * M;
+        const int64_t lk = std::clamp<int64_t>(a.slot_offset + t0 + tb - lo, 0, lfull);  // keys
+        const int64_t lkp = detail::round_up(std::max<int64_t>(lk, 1), 2);
+        auto row_of = [&](int64_t i) {  // q / out offset of row i
+          return ((b * a.t + t0 + i / G) * a.hq + h * G + i % G) * D;
+        };
+        if (lk == 0) {  // no visible key: zeros, as the other kernels write
+          std::vector<float> zeros(static_cast<size_t>(D), 0.f);
+          for (int64_t i = 0; i < M; ++i)
+            detail::store_row(zeros.data(), D, out.raw(), out.dtype(), row_of(i));
+          continue;
         }
-      });
-    }
+        auto* qs = static_cast<bf16_t*>(detail::thread_scratch(kScratchQ, size_t(M * 2 * D) * 2));
+        auto* sc = static_cast<float*>(detail::thread_scratch(kScratchS, size_t(M * lk) * 4));
+        auto* ps = static_cast<bf16_t*>(detail::thread_scratch(kScratchP, size_t(M2 * lkp) * 2));
+        auto* os = static_cast<float*>(detail::thread_scratch(kScratchO, size_t(M2 * D) * 4));
+        const __m512 vscale = _mm512_set1_ps(a.scale);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t c = 0; c < D; c += 16)
+            store_split_bf16(qs + i * 2 * D + c, qs + i * 2 * D + D + c,
+                             _mm512_mul_ps(_mm512_loadu_ps(q + row_of(i) + c), vscale), 0xffff);
+        // S [M, lk] = [q_hi | q_lo] [M, 2D] x [K | K]^T
+        detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(qs), M, 2 * D,
+                                 reinterpret_cast<const uint16_t*>(kp + h * k_head), lk, sc,
+                                 false, nullptr);
+        float sums[kGemmQueryBlock * kRowsMax];
+        for (int64_t i = 0; i < M; ++i) {
+          const int64_t causal = std::clamp<int64_t>(a.slot_offset + t0 + i / G - lo + 1, 0, lk);
+          sums[i] = masked_softmax_row(sc + i * lk, km, causal, lkp, ps + i * lkp,
+                                       ps + (M + i) * lkp);
+        }
+        // O [2M, D] = P [2M, lkp] x V [lkp, D]
+        detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(ps), M2, lkp,
+                                 reinterpret_cast<const uint16_t*>(vp + h * v_head), D, os, false,
+                                 nullptr, v_panel);
+        for (int64_t i = 0; i < M; ++i) {
+          const float inv = sums[i] > 0.f ? 1.f / sums[i] : 0.f;
+          float* o_hi = os + i * D;
+          const float* o_lo = os + (M + i) * D;
+          for (int64_t c = 0; c < D; ++c) o_hi[c] = (o_hi[c] + o_lo[c]) * inv;
+          detail::store_row(o_hi, D, out.raw(), out.dtype(), row_of(i));
+        }
+      }
+    });
   }
 }
+#endif  // __AVX512BF16__
 #endif  // __AVX512F__
 
 template <typename KT>
@@ -862,10 +874,12 @@ void attention_typed(const Dims& a, const float* q, const KT* k, const KT* v, co
                      const std::vector<VisRange>& vis, Tensor& out) {
 #ifdef __AVX512F__
   if (a.d % 16 == 0 && a.t * a.g <= 8) return attention_decode(a, q, k, v, mask, vis, out);
+#ifdef __AVX512BF16__
   if constexpr (std::is_same_v<KT, bf16_t>) {
-    if (a.d % 16 == 0 && a.t >= kGemmMinT)
+    if (a.d % 16 == 0 && a.g <= kRowsMax && a.t >= kGemmMinT)
       return attention_prefill_gemm(a, q, k, v, mask, vis, out);
   }
+#endif
   if (a.d % 16 == 0 && a.g <= kRowsMax) return attention_prefill(a, q, k, v, mask, vis, out);
 #endif
   attention_scalar(a, q, k, v, mask, vis, out);

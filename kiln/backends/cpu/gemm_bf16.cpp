@@ -361,12 +361,18 @@ bool gemm_bf16(const uint16_t* a, bool trans_a, const uint16_t* b, bool trans_b,
   return true;
 }
 
+void pack_b_panels(const uint16_t* b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
+                   uint16_t* out) {
+  static const PairInterleave il;
+  pack_b(b, ldb, trans, 0, kc, 0, nc, out, il);
+}
+
 bool gemm_bf16_packed(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N,
-                      void* y, bool y_bf16, const float* residual) {
+                      void* y, bool y_bf16, const float* residual, int64_t panel_stride) {
   if (Kp == 0 || Kp % 2 || (y_bf16 && Kp > kMaxBf16K)) return false;
   Problem P{xb, Kp, false, nullptr, 0, false, M, N, Kp, 0.f, y, y_bf16};
   P.b_packed = w;
-  P.b_panel_stride = Kp * kNR;
+  P.b_panel_stride = panel_stride > 0 ? panel_stride : Kp * kNR;
   P.res = residual;
   run(P);
   return true;
@@ -379,8 +385,10 @@ bool gemm_bf16(const uint16_t*, bool, const uint16_t*, bool, int64_t, int64_t, i
   return false;
 }
 
+void pack_b_panels(const uint16_t*, int64_t, bool, int64_t, int64_t, uint16_t*) {}
+
 bool gemm_bf16_packed(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, void*, bool,
-                      const float*) {
+                      const float*, int64_t) {
   return false;
 }
 

@@ -107,9 +107,17 @@ bool gemm_onednn_only();
 
 // The same kernel on weights already packed in the layout above (no packing at all):
 // y[M, N] = xb[M, Kp] (bf16, zero past K) x W^T (+ residual, f32 [M, N], may alias an f32 y).
+// panel_stride: bf16 elements from one 64-column panel of w to the next (0: Kp * 64, w packed for
+// exactly Kp; more when w was packed for a longer K and only its first Kp are used).
 // Returns false where it does not apply (no AVX512_BF16, odd Kp, a bf16 y with Kp > 4096).
 bool gemm_bf16_packed(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N,
-                      void* y, bool y_bf16, const float* residual);
+                      void* y, bool y_bf16, const float* residual, int64_t panel_stride = 0);
+
+// Packs B [kc, nc] (B[k, n] = b[k * ldb + n], or b[n * ldb + k] if trans) as the B panels of
+// gemm_bf16_packed: panels of 64 columns, [(kc + 1) / 2 k pairs][64][2] each (panel stride
+// (kc + 1) / 2 * 128 elements), zero past kc and nc. No-op without AVX512_BF16.
+void pack_b_panels(const uint16_t* b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
+                   uint16_t* out);
 
 // Whether gemv_bf16 is compiled with AVX512_BF16 (otherwise linear() uses oneDNN for every M).
 bool gemv_bf16_available();

@@ -52,7 +52,7 @@ void run_matmul(const CachedMatmul& m, std::unordered_map<int, dnnl::memory> arg
 
 // c = a x b (+ beta * c) on oneDNN matmul for operands given as memory descriptors (strides
 // express transposes and batches), with the primitive cached under `key`, which must identify the
-// descriptors (beta is added to it here). For gemm() and the attention's batched GEMMs.
+// descriptors (beta is added to it here). For gemm().
 void run_strided_matmul(const std::string& key, const dnnl::memory::desc& a, const void* pa,
                         const dnnl::memory::desc& b, const void* pb, const dnnl::memory::desc& c,
                         void* pc, float beta = 0.f);

@@ -147,24 +147,26 @@ TEST(Linear, BatchedInputShape) {
   EXPECT_EQ(y3.to_f32_vector(), y2.to_f32_vector());
 }
 
-TEST(Linear, PackConcatEqualsSeparatePacks) {
+// A fused weight's columns equal its parts packed apart: parts in mixed dtypes (converted first),
+// and parts all in bf16, read in place (whole 64-row blocks inside one part, a block across two).
+void expect_pack_concat_equals_separate_packs(const std::vector<int64_t>& ns, bool all_bf16) {
   const int64_t K = 200;
-  const std::vector<int64_t> ns = {100, 37, 64};
   std::vector<Tensor> ws;
   std::vector<std::shared_ptr<PackedLinear>> parts;
+  int64_t total = 0;
   for (size_t i = 0; i < ns.size(); ++i) {
     ws.push_back(Tensor::from_vector(random_values(ns[i] * K, 10 + uint32_t(i)), {ns[i], K}));
+    if (all_bf16 || i == 1) ws.back() = ws.back().to(DType::bf16);
     parts.push_back(PackedLinear::pack(ws.back(), DType::bf16));
+    total += ns[i];
   }
-  // Mixed source dtypes are allowed.
-  ws[1] = ws[1].to(DType::bf16);
   auto fused = PackedLinear::pack_concat(ws, DType::bf16);
-  ASSERT_EQ(fused->out_features(), 201);
+  ASSERT_EQ(fused->out_features(), total);
   ASSERT_EQ(fused->in_features(), K);
   for (int64_t M : {1, 3, 40}) {
     SCOPED_TRACE("M " + std::to_string(M));
     Tensor x = Tensor::from_vector(random_values(M * K, 20), {M, K});
-    Tensor yf = Tensor::empty({M, 201}, DType::f32);
+    Tensor yf = Tensor::empty({M, total}, DType::f32);
     linear(x, *fused, yf);
     const auto got = yf.to_f32_vector();
     int64_t col = 0;
@@ -175,11 +177,20 @@ TEST(Linear, PackConcatEqualsSeparatePacks) {
       double worst = 0;
       for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < ns[i]; ++n)
-          worst = std::max(worst, double(std::fabs(got[m * 201 + col + n] - want[m * ns[i] + n])));
+          worst =
+              std::max(worst, double(std::fabs(got[m * total + col + n] - want[m * ns[i] + n])));
       EXPECT_LE(worst, 1e-4) << "part " << i;
       col += ns[i];
     }
   }
+}
+
+TEST(Linear, PackConcatEqualsSeparatePacks) {
+  expect_pack_concat_equals_separate_packs({100, 37, 64}, /*all_bf16=*/false);
+}
+
+TEST(Linear, PackConcatOfBf16PartsEqualsSeparatePacks) {
+  expect_pack_concat_equals_separate_packs({128, 64, 100, 37}, /*all_bf16=*/true);
 }
 
 TEST(Linear, PackFromBf16EqualsPackFromF32) {

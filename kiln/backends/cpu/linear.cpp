@@ -1,8 +1,12 @@
-// PackedLinear and linear(): one packed weight layout serves decode (own AVX512_BF16 GEMV) and
-// prefill (oneDNN brgemm matmul). See docs/notes/cpu-gemm.md for the measurements behind it.
+// PackedLinear and linear(): one packed weight layout serves decode (kiln's AVX512_BF16 GEMV) and
+// prefill (kiln's bf16 GEMM on the same panels; oneDNN where that is not compiled). See
+// docs/notes/cpu-gemm.md for the measurements behind it.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kiln/backends/cpu/kernels.h"
 #include "kiln/backends/cpu/linear_dnnl.h"
@@ -15,6 +19,47 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
+// The rows of W [N, K]: one weight, or several stacked along N (fused QKV, gate_up), each
+// contiguous and all of one dtype (f32 or bf16), read in place: packing a fused weight needs no
+// stacked copy.
+class WeightRows {
+ public:
+  explicit WeightRows(std::vector<Tensor> parts) : parts_(std::move(parts)) {
+    k_ = parts_.at(0).dim(1);
+    dtype_ = parts_[0].dtype();
+    first_.push_back(0);
+    for (const Tensor& w : parts_) first_.push_back(first_.back() + w.dim(0));
+  }
+  int64_t n() const { return first_.back(); }
+  int64_t k() const { return k_; }
+  DType dtype() const { return dtype_; }
+  size_t row_bytes() const { return size_t(k_) * dtype_size(dtype_); }
+  // Row r, and how many rows from r on are in the same weight (so at one stride from it).
+  const void* row(int64_t r, int64_t* run = nullptr) const {
+    const size_t i = part_of(r);
+    if (run) *run = first_[i + 1] - r;
+    return static_cast<const char*>(parts_[i].raw()) + size_t(r - first_[i]) * row_bytes();
+  }
+  // Drops rows [r0, r1) of memory-mapped weights from memory (Storage::release_pages).
+  void release(int64_t r0, int64_t r1) const {
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      const int64_t a = std::max(r0, first_[i]), b = std::min(r1, first_[i + 1]);
+      if (a < b)
+        parts_[i].storage()->release_pages(parts_[i].offset() + size_t(a - first_[i]) * row_bytes(),
+                                           size_t(b - a) * row_bytes());
+    }
+  }
+
+ private:
+  size_t part_of(int64_t r) const {
+    return size_t(std::upper_bound(first_.begin(), first_.end(), r) - first_.begin() - 1);
+  }
+  std::vector<Tensor> parts_;
+  std::vector<int64_t> first_;  // first row of each part, then N
+  int64_t k_ = 0;
+  DType dtype_ = DType::f32;
+};
+
 class PackedLinearImpl final : public PackedLinear {
  public:
   PackedLinearImpl(int64_t n, int64_t k, DType compute) : n_(n), k_(k), compute_(compute) {}
@@ -24,8 +69,8 @@ class PackedLinearImpl final : public PackedLinear {
   DType compute_dtype() const override { return compute_; }
   size_t bytes() const override { return buf_->bytes; }
 
-  // Fills the packed buffer from w [N, K] (f32 or bf16, contiguous).
-  void pack_from(const Tensor& w, bool release_source) {
+  // Fills the packed buffer from the rows of W [N, K].
+  void pack_from(const WeightRows& w, bool release_source) {
     auto& eng = detail::dnnl_engine();
     const memory::dims dims = {k_, n_};
     if (compute_ == DType::bf16) {
@@ -44,79 +89,96 @@ class PackedLinearImpl final : public PackedLinear {
       pack_bf16_blocked(w, release_source);
       return;
     }
-    memory::desc src_md(dims, detail::to_dnnl(w.dtype()), Tag::ba);  // W [N, K] as [K, N]^T
-    memory src_mem(src_md, eng, w.raw());
-    memory dst_mem(wmd_, eng, buf_->ptr);
+    // Rows of all parts, one after the other: one oneDNN reorder per part into its columns.
     dnnl::stream stream(eng);
-    dnnl::reorder(src_mem, dst_mem).execute(stream, src_mem, dst_mem);
+    for (int64_t r = 0; r < n_;) {
+      int64_t run = 0;
+      const void* src = w.row(r, &run);
+      memory::desc src_md({k_, run}, detail::to_dnnl(w.dtype()), Tag::ba);  // rows as [K, run]^T
+      memory::desc dst_md = wmd_.submemory_desc({k_, run}, {0, r});
+      memory src_mem(src_md, eng, const_cast<void*>(src));
+      memory dst_mem(dst_md, eng, buf_->ptr);
+      dnnl::reorder(src_mem, dst_mem).execute(stream, src_mem, dst_mem);
+      r += run;
+    }
     stream.wait();
-    if (release_source) w.storage()->release_pages(w.offset(), w.nbytes());
+    if (release_source) w.release(0, n_);
   }
 
   // Writes W [N, K] (bf16 or f32, rounded to nearest even) in the BA16a64b2a layout described in
-  // linear_dnnl.h, zero padding included. Own loop rather than a oneDNN reorder (same speed, about
-  // 1 GB/s per core) so the GEMV's layout is written down in one place, which the tests check
-  // against oneDNN reading the same buffer. Blocks go to threads; within a block the writes are
-  // sequential and the reads walk 64 rows in step (each cache line is used for 16 k pairs).
-  void pack_bf16_blocked(const Tensor& w, bool release_source) {
+  // linear_dnnl.h, zero padding included. Own loop rather than a oneDNN reorder so the GEMV's
+  // layout is written down in one place, which the tests check against oneDNN reading the same
+  // buffer. Blocks go to threads; within a block the writes are sequential and the reads walk 64
+  // rows in step (each cache line is used for 16 k pairs).
+  void pack_bf16_blocked(const WeightRows& w, bool release_source) {
     const int64_t nblocks = (n_ + detail::kBlockN - 1) / detail::kBlockN;
-    const size_t row_bytes = size_t(k_) * dtype_size(w.dtype());
     // Groups of blocks with about 32 MB of source rows, released once packed, bound what is
     // resident twice.
-    const int64_t group =
-        std::max<int64_t>(1, int64_t((size_t(32) << 20) / (size_t(detail::kBlockN) * row_bytes)));
+    const int64_t group = std::max<int64_t>(
+        1, int64_t((size_t(32) << 20) / (size_t(detail::kBlockN) * w.row_bytes())));
     for (int64_t g0 = 0; g0 < nblocks; g0 += group) {
       const int64_t g1 = std::min(nblocks, g0 + group);
       pack_bf16_blocks(w, g0, g1);
-      if (release_source) {
-        const int64_t r0 = g0 * detail::kBlockN, r1 = std::min(n_, g1 * detail::kBlockN);
-        w.storage()->release_pages(w.offset() + size_t(r0) * row_bytes,
-                                   size_t(r1 - r0) * row_bytes);
-      }
+      if (release_source) w.release(g0 * detail::kBlockN, std::min(n_, g1 * detail::kBlockN));
     }
   }
 
   // Blocks [first, end) of pack_bf16_blocked.
-  void pack_bf16_blocks(const Tensor& w, int64_t first, int64_t end) {
-    const int64_t pairs = kp_ / 2;
+  void pack_bf16_blocks(const WeightRows& w, int64_t first, int64_t end) {
     auto* dst = static_cast<uint16_t*>(buf_->ptr);
-    const bool from_bf16 = w.dtype() == DType::bf16;
-    const auto* wb = static_cast<const uint16_t*>(w.raw());
-    const auto* wf = static_cast<const float*>(w.raw());
-    const int64_t N = n_, K = k_;
     parallel_for(end - first, [&](int64_t i0, int64_t i1) {
-      const int64_t b0 = first + i0, b1 = first + i1;
-      for (int64_t b = b0; b < b1; ++b) {
+      for (int64_t b = first + i0; b < first + i1; ++b) {
         uint16_t* out = dst + b * kp_ * detail::kBlockN;
         const int64_t n0 = b * detail::kBlockN;
-        const int64_t cols = std::min<int64_t>(detail::kBlockN, N - n0);
-        for (int64_t p = 0; p < pairs; ++p, out += 2 * detail::kBlockN) {
-          const int64_t k = 2 * p;
-          if (k >= K) {
-            std::fill(out, out + 2 * detail::kBlockN, uint16_t(0));
-            continue;
-          }
-          const bool two = k + 1 < K;
-          if (from_bf16 && two) {  // the common case: copy (k, k+1) pairs as 32-bit words
-            const uint16_t* src = wb + n0 * K + k;
-            for (int64_t c = 0; c < cols; ++c) std::memcpy(out + 2 * c, src + c * K, 4);
-            std::fill(out + 2 * cols, out + 2 * detail::kBlockN, uint16_t(0));
-            continue;
-          }
-          for (int64_t c = 0; c < cols; ++c) {
-            const int64_t i = (n0 + c) * K + k;
-            if (from_bf16) {
-              out[2 * c] = wb[i];
-              out[2 * c + 1] = two ? wb[i + 1] : uint16_t(0);
-            } else {
-              out[2 * c] = f32_to_bf16(wf[i]);
-              out[2 * c + 1] = two ? f32_to_bf16(wf[i + 1]) : uint16_t(0);
-            }
-          }
-          std::fill(out + 2 * cols, out + 2 * detail::kBlockN, uint16_t(0));
-        }
+        const int64_t cols = std::min<int64_t>(detail::kBlockN, n_ - n0);
+        int64_t run = 0;
+        const void* first_row = w.row(n0, &run);
+        if (w.dtype() == DType::bf16 && k_ % 2 == 0 && cols == detail::kBlockN && run >= cols)
+          pack_bf16_block_rows(static_cast<const uint16_t*>(first_row), out);
+        else
+          pack_block_by_column(w, n0, cols, out);
       }
     });
+  }
+
+  // One full block of 64 bf16 rows of one weight (even K), starting at `rows`: the (k, k + 1) pair
+  // of column c is the 32-bit word k / 2 of row c.
+  void pack_bf16_block_rows(const uint16_t* rows, uint16_t* out) const {
+    const int64_t pairs = k_ / 2;
+    auto* words = reinterpret_cast<uint32_t*>(out);
+#if defined(__AVX512F__)
+    // 16 rows' word p per gather; over 16 consecutive p the rows' cache lines are reused.
+    alignas(64) int32_t row_off[16];
+    for (int i = 0; i < 16; ++i) row_off[i] = int32_t(i * pairs);
+    const __m512i idx = _mm512_load_si512(row_off);
+    for (int64_t p = 0; p < pairs; ++p, words += detail::kBlockN)
+      for (int64_t q = 0; q < detail::kBlockN / 16; ++q) {
+        const auto* base = reinterpret_cast<const int32_t*>(rows + 16 * q * k_) + p;
+        // (The masked form: GCC 12 warns that the unmasked one's source is uninitialised.)
+        _mm512_store_si512(words + 16 * q,
+                           _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), __mmask16(0xFFFF),
+                                                       idx, base, 4));
+      }
+#else
+    for (int64_t p = 0; p < pairs; ++p, words += detail::kBlockN)
+      for (int64_t c = 0; c < detail::kBlockN; ++c)
+        std::memcpy(words + c, rows + c * k_ + 2 * p, 4);
+#endif
+    // Pairs past K (kp_ rounds K up to kBlockK): zeros.
+    std::fill(out + pairs * 2 * detail::kBlockN, out + kp_ * detail::kBlockN, uint16_t(0));
+  }
+
+  // Any block: column by column from wherever its row is, in either source dtype.
+  void pack_block_by_column(const WeightRows& w, int64_t n0, int64_t cols, uint16_t* out) const {
+    const bool from_bf16 = w.dtype() == DType::bf16;
+    std::fill(out, out + kp_ * detail::kBlockN, uint16_t(0));
+    for (int64_t c = 0; c < cols; ++c) {
+      const void* row = w.row(n0 + c);
+      const auto* rb = static_cast<const uint16_t*>(row);
+      const auto* rf = static_cast<const float*>(row);
+      for (int64_t k = 0; k < k_; ++k)
+        out[(k / 2) * 2 * detail::kBlockN + 2 * c + k % 2] = from_bf16 ? rb[k] : f32_to_bf16(rf[k]);
+    }
   }
 
   int64_t n_, k_, kp_ = 0;
@@ -140,16 +202,7 @@ void check_compute(DType compute) {
 
 std::shared_ptr<PackedLinear> PackedLinear::pack(const Tensor& w, DType compute,
                                                  bool release_source) {
-  check_weight(w, "PackedLinear::pack");
-  check_compute(compute);
-  auto p = std::make_shared<PackedLinearImpl>(w.dim(0), w.dim(1), compute);
-  if (w.dtype() == DType::f16) {
-    p->pack_from(w.to(DType::f32), false);
-    if (release_source) w.storage()->release_pages(w.offset(), w.nbytes());
-  } else {
-    p->pack_from(w, release_source);
-  }
-  return p;
+  return pack_concat({w}, compute, release_source);
 }
 
 std::shared_ptr<PackedLinear> PackedLinear::pack_concat(const std::vector<Tensor>& ws,
@@ -166,16 +219,19 @@ std::shared_ptr<PackedLinear> PackedLinear::pack_concat(const std::vector<Tensor
     n += w.dim(0);
     same = same && w.dtype() == ws[0].dtype();
   }
-  // Rows stacked into a plain temporary (a few MB for fused QKV / gate_up), then packed once.
-  const DType t = same && ws[0].dtype() != DType::f16 ? ws[0].dtype() : DType::f32;
-  Tensor cat = Tensor::empty({n, k}, t);
-  char* dst = static_cast<char*>(cat.raw());
+  auto p = std::make_shared<PackedLinearImpl>(n, k, compute);
+  if (same && ws[0].dtype() != DType::f16) {
+    p->pack_from(WeightRows(ws), release_source);
+    return p;
+  }
+  // f16, or mixed dtypes: each weight converted to f32 first (a temporary per weight).
+  std::vector<Tensor> f32_parts;
   for (const Tensor& w : ws) {
-    convert(w.raw(), w.dtype(), dst, t, w.numel());
-    dst += w.numel() * dtype_size(t);
+    f32_parts.push_back(w.to(DType::f32));
     if (release_source) w.storage()->release_pages(w.offset(), w.nbytes());
   }
-  return pack(cat, compute);
+  p->pack_from(WeightRows(f32_parts), false);
+  return p;
 }
 
 void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor* residual) {

@@ -842,9 +842,9 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
             store_split_bf16(qs + i * 2 * D + c, qs + i * 2 * D + D + c,
                              _mm512_mul_ps(_mm512_loadu_ps(q + row_of(i) + c), vscale), 0xffff);
         // S [M, lk] = [q_hi | q_lo] [M, 2D] x [K | K]^T
-        detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(qs), M, 2 * D,
-                                 reinterpret_cast<const uint16_t*>(kp + h * k_head), lk, sc,
-                                 false, nullptr);
+        bool ran = detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(qs), M, 2 * D,
+                                            reinterpret_cast<const uint16_t*>(kp + h * k_head),
+                                            lk, sc, false, nullptr);
         float sums[kGemmQueryBlock * kRowsMax];
         for (int64_t i = 0; i < M; ++i) {
           const int64_t causal = std::clamp<int64_t>(a.slot_offset + t0 + i / G - lo + 1, 0, lk);
@@ -852,9 +852,12 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
                                        ps + (M + i) * lkp);
         }
         // O [2M, D] = P [2M, lkp] x V [lkp, D]
-        detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(ps), M2, lkp,
-                                 reinterpret_cast<const uint16_t*>(vp + h * v_head), D, os, false,
-                                 nullptr, v_panel);
+        ran = ran && detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(ps), M2, lkp,
+                                              reinterpret_cast<const uint16_t*>(vp + h * v_head),
+                                              D, os, false, nullptr, v_panel);
+        // An invariant (even K, AVX512_BF16 compiled in), checked where checks are on.
+        KILN_DCHECK(ran, "attention: the bf16 GEMM did not run (D = ", D, ", keys ", lkp, ")");
+        (void)ran;
         for (int64_t i = 0; i < M; ++i) {
           const float inv = sums[i] > 0.f ? 1.f / sums[i] : 0.f;
           float* o_hi = os + i * D;

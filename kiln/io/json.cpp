@@ -8,22 +8,24 @@
 
 namespace kiln::io {
 
+std::string json_error_position(const std::string& text, size_t byte) {
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return "line " + std::to_string(line) + ", column " + std::to_string(col);
+}
+
 Json parse_json(const std::string& text, const std::string& where) {
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
-    // nlohmann reports the byte offset; turn it into line:column for people.
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    throw Error(where, "invalid JSON at line " + std::to_string(line) + ", column " +
-                           std::to_string(col) + ": " + e.what());
+    throw Error(where, "invalid JSON at " + json_error_position(text, e.byte) + ": " + e.what());
   } catch (const Json::exception& e) {  // e.g. a number too large for any JSON number type
     throw Error(where, std::string("invalid JSON: ") + e.what());
   }

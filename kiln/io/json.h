@@ -16,6 +16,9 @@ using OrderedJson = nlohmann::ordered_json;
 
 Json load_json(const std::string& path);  // kiln::Error naming the file, with line and column
 Json parse_json(const std::string& text, const std::string& where);
+// "line L, column C" of the character at nlohmann's 1-based byte position of a parse error (the
+// `byte` of json::parse_error, or the position a SAX handler's parse_error gets).
+std::string json_error_position(const std::string& text, size_t byte);
 
 // Field accessors: a missing field or one of the wrong type is kiln::Error("<where>: <field>").
 // v as an int64 if it is a whole number in int64's range (an integer, or a float such as 4.0),

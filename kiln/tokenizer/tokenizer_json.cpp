@@ -1,6 +1,7 @@
 #include "kiln/tokenizer/tokenizer_json.h"
 
 #include "kiln/core/error.h"
+#include "kiln/io/json.h"
 
 namespace kiln::tokenizer {
 
@@ -193,20 +194,8 @@ TokenizerJson parse_tokenizer_json(const std::string& text, const std::string& w
   Handler handler(out, where);
   bool ok = Json::sax_parse(text, &handler, nlohmann::json::input_format_t::json, true);
   if (!ok) {
-    // Report line:column like kiln::io::parse_json does.
-    const std::string& msg = handler.error();
-    size_t byte = handler.error_byte();
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    throw Error(where, "invalid JSON at line " + std::to_string(line) + ", column " +
-                           std::to_string(col) + ": " + msg);
+    throw Error(where, "invalid JSON at " + io::json_error_position(text, handler.error_byte()) +
+                           ": " + handler.error());
   }
   return out;
 }

@@ -23,36 +23,11 @@
 
 namespace kiln::cpu::detail {
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
-
 namespace {
-
-constexpr int kMR = 6;       // rows of the register tile (6 x 4 accumulators, 4 B registers)
-constexpr int64_t kNR = 64;  // columns of the register tile: 4 registers of 16 floats
-// Block sizes, tuned with bench/bench_gemm.cpp on the lm_head shapes (Zen 5: 48 KiB L1, 1 MiB L2
-// per core): a packed B panel of 512 k pairs x 64 columns is 128 KiB and streams from L2 (4 loads
-// per 24 vdpbf16ps), an A block of 96 rows x 1024 k is 192 KiB. KC = 256 (B panel in L1) and MC =
-// 192 or 384 measured 2-15 % slower; a larger KC means fewer passes over an f32 C.
-constexpr int64_t kKC = 1024;  // k per block
-constexpr int64_t kMC = 96;    // rows of A per block, reused from L2 across the block's B panels
-constexpr int64_t kNC = 1024;  // columns of B per packed block
-constexpr int64_t kMaxBf16K = 4096;  // a bf16 C is written once, so its K is one block
-constexpr int64_t kMinRowsForPackedTransB = 256;
-constexpr int64_t kStreamBytes = int64_t(64) << 20;  // bf16 C above this is stored non-temporally
-
-// Scratch slots of thread_scratch (0-2: linear and gemm, 3-8: attention).
-constexpr int kScratchB = 9, kScratchA = 10;
-
-inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
-
-inline int load_pair(const uint16_t* p) {
-  int v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // Interleaves 32 elements of rows r0 and r1 into 32 words (r0[i] low, r1[i] high): the permutation
 // indices for the first and second 16 words.
+#ifdef __AVX512BW__
 struct PairInterleave {
   __m512i lo, hi;
   PairInterleave() {
@@ -65,23 +40,32 @@ struct PairInterleave {
     hi = _mm512_load_si512(h);
   }
 };
+const PairInterleave& pair_interleave() {
+  static const PairInterleave il;
+  return il;
+}
+#endif
 
 // Packs B[k0, k0 + kc) x [n0, n0 + nc) (B[k, n] = b[k * ldb + n], or b[n * ldb + k] if trans)
 // into panels of 64 columns, [pairs][64][2] each, zero past kc and nc.
 void pack_b(const uint16_t* b, int64_t ldb, bool trans, int64_t k0, int64_t kc, int64_t n0,
-            int64_t nc, uint16_t* out, const PairInterleave& il) {
+            int64_t nc, uint16_t* out) {
   const int64_t pairs = (kc + 1) / 2;
+#ifdef __AVX512BW__
+  const PairInterleave& il = pair_interleave();
   alignas(64) int32_t row_off[16];
   for (int i = 0; i < 16; ++i) row_off[i] = int32_t(i * ldb);
   const __m512i gather_idx = _mm512_load_si512(row_off);
+#endif
 
-  for (int64_t jp = 0; jp * kNR < nc; ++jp) {
-    const int64_t cols = std::min(kNR, nc - jp * kNR), n = n0 + jp * kNR;
-    uint16_t* dst = out + jp * pairs * 2 * kNR;
-    for (int64_t p = 0; p < pairs; ++p, dst += 2 * kNR) {
+  for (int64_t jp = 0; jp * kBlockN < nc; ++jp) {
+    const int64_t cols = std::min(kBlockN, nc - jp * kBlockN), n = n0 + jp * kBlockN;
+    uint16_t* dst = out + jp * pairs * 2 * kBlockN;
+    for (int64_t p = 0; p < pairs; ++p, dst += 2 * kBlockN) {
       const int64_t k = k0 + 2 * p;
       const bool has_hi = 2 * p + 1 < kc;
-      if (cols == kNR && has_hi) {
+#ifdef __AVX512BW__
+      if (cols == kBlockN && has_hi) {
         if (!trans) {
           const uint16_t* r0 = b + k * ldb + n;
           for (int h = 0; h < 2; ++h) {
@@ -103,7 +87,8 @@ void pack_b(const uint16_t* b, int64_t ldb, bool trans, int64_t k0, int64_t kc, 
         }
         continue;
       }
-      for (int64_t c = 0; c < kNR; ++c) {
+#endif
+      for (int64_t c = 0; c < kBlockN; ++c) {
         uint16_t lo = 0, hi = 0;
         if (c < cols) {
           lo = trans ? b[(n + c) * ldb + k] : b[k * ldb + n + c];
@@ -114,6 +99,42 @@ void pack_b(const uint16_t* b, int64_t ldb, bool trans, int64_t k0, int64_t kc, 
       }
     }
   }
+}
+
+}  // namespace
+
+void pack_b_panels(const uint16_t* b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
+                   uint16_t* out) {
+  pack_b(b, ldb, trans, 0, kc, 0, nc, out);
+}
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+
+namespace {
+
+constexpr int kMR = 6;       // rows of the register tile (6 x 4 accumulators, 4 B registers)
+constexpr int64_t kNR = 64;  // columns of the register tile: 4 registers of 16 floats
+static_assert(kNR == kBlockN, "a register tile is one packed B panel wide");
+// Block sizes, tuned with bench/bench_gemm.cpp on the lm_head shapes (Zen 5: 48 KiB L1, 1 MiB L2
+// per core): a packed B panel of 512 k pairs x 64 columns is 128 KiB and streams from L2 (4 loads
+// per 24 vdpbf16ps), an A block of 96 rows x 1024 k is 192 KiB. KC = 256 (B panel in L1) and MC =
+// 192 or 384 measured 2-15 % slower; a larger KC means fewer passes over an f32 C.
+constexpr int64_t kKC = 1024;  // k per block
+constexpr int64_t kMC = 96;    // rows of A per block, reused from L2 across the block's B panels
+constexpr int64_t kNC = 1024;  // columns of B per packed block
+constexpr int64_t kMaxBf16K = 4096;  // a bf16 C is written once, so its K is one block
+constexpr int64_t kMinRowsForPackedTransB = 256;
+constexpr int64_t kStreamBytes = int64_t(64) << 20;  // bf16 C above this is stored non-temporally
+
+// Scratch slots of thread_scratch (0-2: linear and gemm, 3-8: attention).
+constexpr int kScratchB = 9, kScratchA = 10;
+
+inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
+
+inline int load_pair(const uint16_t* p) {
+  int v;
+  std::memcpy(&v, p, 4);
+  return v;
 }
 
 // Packs A[m0, m0 + mc) x [k0, k0 + kc) for the micro-kernel, zero past kc, and returns the strides
@@ -263,7 +284,7 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   const int64_t kc_max = P.c_bf16 ? P.K : std::min(P.K, kKC);
   const int64_t pairs_max = (kc_max + 1) / 2;
   const size_t elt = P.c_bf16 ? 2 : 4;
-  static const PairInterleave il;
+  const PairInterleave& il = pair_interleave();
   auto* bp = P.b_packed
                  ? nullptr
                  : static_cast<uint16_t*>(thread_scratch(
@@ -285,7 +306,7 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
                : P.beta == 1.f ? Store::kAdd
                                : Store::kScaleAdd;
       }
-      if (!P.b_packed) pack_b(P.b, P.ldb, P.trans_b, pc, kc, jc, nc, bp, il);
+      if (!P.b_packed) pack_b(P.b, P.ldb, P.trans_b, pc, kc, jc, nc, bp);
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t mc = std::min(kMC, m1 - ic);
         // Where row r's k pair p is: in place in A, or in the packed block.
@@ -361,12 +382,6 @@ bool gemm_bf16(const uint16_t* a, bool trans_a, const uint16_t* b, bool trans_b,
   return true;
 }
 
-void pack_b_panels(const uint16_t* b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
-                   uint16_t* out) {
-  static const PairInterleave il;
-  pack_b(b, ldb, trans, 0, kc, 0, nc, out, il);
-}
-
 bool gemm_bf16_packed(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N,
                       void* y, bool y_bf16, const float* residual, int64_t panel_stride) {
   if (Kp == 0 || Kp % 2 || (y_bf16 && Kp > kMaxBf16K)) return false;
@@ -384,8 +399,6 @@ bool gemm_bf16(const uint16_t*, bool, const uint16_t*, bool, int64_t, int64_t, i
                void*, bool) {
   return false;
 }
-
-void pack_b_panels(const uint16_t*, int64_t, bool, int64_t, int64_t, uint16_t*) {}
 
 bool gemm_bf16_packed(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, void*, bool,
                       const float*, int64_t) {

@@ -30,8 +30,6 @@ class WeightRows {
     first_.push_back(0);
     for (const Tensor& w : parts_) first_.push_back(first_.back() + w.dim(0));
   }
-  int64_t n() const { return first_.back(); }
-  int64_t k() const { return k_; }
   DType dtype() const { return dtype_; }
   size_t row_bytes() const { return size_t(k_) * dtype_size(dtype_); }
   // Row r, and how many rows from r on are in the same weight (so at one stride from it).
@@ -106,10 +104,11 @@ class PackedLinearImpl final : public PackedLinear {
   }
 
   // Writes W [N, K] (bf16 or f32, rounded to nearest even) in the BA16a64b2a layout described in
-  // linear_dnnl.h, zero padding included. Own loop rather than a oneDNN reorder so the GEMV's
-  // layout is written down in one place, which the tests check against oneDNN reading the same
-  // buffer. Blocks go to threads; within a block the writes are sequential and the reads walk 64
-  // rows in step (each cache line is used for 16 k pairs).
+  // linear_dnnl.h, zero padding included. kiln's own packing (the GEMM's pack_b_panels, which
+  // that layout is) rather than a oneDNN reorder, so the layout is written down in one place; the
+  // tests check it against oneDNN reading the same buffer. Blocks go to threads; within a block
+  // the writes are sequential and the reads walk 64 rows in step (each cache line is used for 16
+  // k pairs).
   void pack_bf16_blocked(const WeightRows& w, bool release_source) {
     const int64_t nblocks = (n_ + detail::kBlockN - 1) / detail::kBlockN;
     // Groups of blocks with about 32 MB of source rows, released once packed, bound what is
@@ -133,39 +132,17 @@ class PackedLinearImpl final : public PackedLinear {
         const int64_t cols = std::min<int64_t>(detail::kBlockN, n_ - n0);
         int64_t run = 0;
         const void* first_row = w.row(n0, &run);
-        if (w.dtype() == DType::bf16 && k_ % 2 == 0 && cols == detail::kBlockN && run >= cols)
-          pack_bf16_block_rows(static_cast<const uint16_t*>(first_row), out);
-        else
+        if (w.dtype() == DType::bf16 && run >= cols) {  // rows of one bf16 weight: gathered
+          detail::pack_b_panels(static_cast<const uint16_t*>(first_row), k_, /*trans=*/true, k_,
+                                cols, out);
+          // Pairs past K (kp_ rounds K up to kBlockK): zeros.
+          std::fill(out + (k_ + 1) / 2 * 2 * detail::kBlockN, out + kp_ * detail::kBlockN,
+                    uint16_t(0));
+        } else {
           pack_block_by_column(w, n0, cols, out);
+        }
       }
     });
-  }
-
-  // One full block of 64 bf16 rows of one weight (even K), starting at `rows`: the (k, k + 1) pair
-  // of column c is the 32-bit word k / 2 of row c.
-  void pack_bf16_block_rows(const uint16_t* rows, uint16_t* out) const {
-    const int64_t pairs = k_ / 2;
-    auto* words = reinterpret_cast<uint32_t*>(out);
-#if defined(__AVX512F__)
-    // 16 rows' word p per gather; over 16 consecutive p the rows' cache lines are reused.
-    alignas(64) int32_t row_off[16];
-    for (int i = 0; i < 16; ++i) row_off[i] = int32_t(i * pairs);
-    const __m512i idx = _mm512_load_si512(row_off);
-    for (int64_t p = 0; p < pairs; ++p, words += detail::kBlockN)
-      for (int64_t q = 0; q < detail::kBlockN / 16; ++q) {
-        const auto* base = reinterpret_cast<const int32_t*>(rows + 16 * q * k_) + p;
-        // (The masked form: GCC 12 warns that the unmasked one's source is uninitialised.)
-        _mm512_store_si512(words + 16 * q,
-                           _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), __mmask16(0xFFFF),
-                                                       idx, base, 4));
-      }
-#else
-    for (int64_t p = 0; p < pairs; ++p, words += detail::kBlockN)
-      for (int64_t c = 0; c < detail::kBlockN; ++c)
-        std::memcpy(words + c, rows + c * k_ + 2 * p, 4);
-#endif
-    // Pairs past K (kp_ rounds K up to kBlockK): zeros.
-    std::fill(out + pairs * 2 * detail::kBlockN, out + kp_ * detail::kBlockN, uint16_t(0));
   }
 
   // Any block: column by column from wherever its row is, in either source dtype.

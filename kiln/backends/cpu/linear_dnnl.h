@@ -115,7 +115,8 @@ bool gemm_bf16_packed(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t*
 
 // Packs B [kc, nc] (B[k, n] = b[k * ldb + n], or b[n * ldb + k] if trans) as the B panels of
 // gemm_bf16_packed: panels of 64 columns, [(kc + 1) / 2 k pairs][64][2] each (panel stride
-// (kc + 1) / 2 * 128 elements), zero past kc and nc. No-op without AVX512_BF16.
+// (kc + 1) / 2 * 128 elements), zero past kc and nc; `out` 64-byte aligned. In every build (the
+// weights' blocked layout is this too, and oneDNN reads it where gemm_bf16 is not compiled).
 void pack_b_panels(const uint16_t* b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
                    uint16_t* out);
 

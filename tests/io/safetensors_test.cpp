@@ -150,4 +150,23 @@ TEST(Json, NumberOverflowIsAnErrorNamingTheFile) {
     EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
   }
 }
+
+// The position is the offending character's, as nlohmann's own message gives it (an earlier
+// version counted one character too many).
+TEST(Json, SyntaxErrorNamesTheLineAndColumnOfTheOffendingCharacter) {
+  auto message = [](const std::string& text) {
+    try {
+      kiln::io::parse_json(text, "config.json");
+    } catch (const kiln::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("[1,]").find("[config.json] invalid JSON at line 1, column 4:"),
+            std::string::npos)
+      << message("[1,]");
+  const std::string two_lines = "{\"a\":\n  tru}";
+  EXPECT_NE(message(two_lines).find("invalid JSON at line 2, column 6:"), std::string::npos)
+      << message(two_lines);
+}
 }  // namespace

@@ -8,24 +8,15 @@
 
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "kiln/backends/cpu/kernels.h"
 #include "kiln/core/tensor.h"
-#include "kiln/core/threads.h"
 
 namespace {
 
 constexpr int64_t kHq = 16, kHkv = 8, kD = 128;
 
-kiln::Tensor filled(const kiln::Shape& shape, kiln::DType dtype, float scale) {
-  std::vector<float> v(static_cast<size_t>(kiln::numel(shape)));
-  uint32_t s = 12345;
-  for (float& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = scale * (float(s >> 8) / float(1u << 24) - 0.5f);
-  }
-  kiln::Tensor t = kiln::Tensor::from_vector(v, shape);
-  return dtype == kiln::DType::f32 ? t : t.to(dtype);
-}
+using kiln::bench::filled;
 
 void BM_AttentionDecode(benchmark::State& state) {
   const int64_t b = state.range(0), l = state.range(1);
@@ -34,23 +25,10 @@ void BM_AttentionDecode(benchmark::State& state) {
   kiln::Tensor v = filled({b, l, kHkv, kD}, kiln::DType::bf16, 1.f);
   kiln::Tensor mask = kiln::Tensor::from_vector(std::vector<int32_t>(size_t(b * l), 1), {b, l});
   kiln::Tensor out = kiln::Tensor::empty({b, 1, kHq, kD}, kiln::DType::bf16);
-  // cold: 64 MB are read between iterations (untimed), as a decode step streams its weights
-  // between two layers' attention, so K and V come from memory as they do in a model. Both threads
-  // read, as the GEMVs do: each core's own caches are flushed, and neither thread falls asleep
-  // (a flush on the main thread alone let the other sleep; waking it cost ~25 us per call, which
-  // these rows then reported as the cold cache's cost).
-  const bool cold = state.range(2) != 0;
-  std::vector<float> flush(cold ? size_t(16) << 20 : 0, 1.f);
+  // cold: K and V come from memory, as after a decode step's weight stream (bench_common.h).
+  kiln::bench::CacheFlush flush(state.range(2) != 0);
   for (auto _ : state) {
-    if (cold) {
-      state.PauseTiming();
-      kiln::parallel_for(int64_t(flush.size() / 16), [&](int64_t i0, int64_t i1) {
-        float sum = 0;
-        for (int64_t i = i0; i < i1; ++i) sum += flush[size_t(i) * 16];
-        benchmark::DoNotOptimize(sum);
-      });
-      state.ResumeTiming();
-    }
+    flush(state);
     kiln::cpu::attention(q, k, v, mask, l - 1, out);
     benchmark::DoNotOptimize(out.raw());
   }

@@ -1,11 +1,15 @@
 // Helpers shared by the kernel micro-benchmarks (header only).
 #pragma once
 
+#include <benchmark/benchmark.h>
+
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/tensor.h"
+#include "kiln/core/threads.h"
 
 namespace kiln::bench {
 
@@ -24,5 +28,40 @@ inline Tensor random_bf16(int64_t rows, int64_t cols, uint32_t seed) {
   }
   return t;
 }
+
+// A tensor of deterministic pseudo-random values in [-scale / 2, scale / 2), in f32 or rounded to
+// dtype.
+inline Tensor filled(const Shape& shape, DType dtype, float scale = 1.f) {
+  std::vector<float> v(static_cast<size_t>(numel(shape)));
+  uint32_t s = 12345;
+  for (float& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = scale * (float(s >> 8) / float(1u << 24) - 0.5f);
+  }
+  Tensor t = Tensor::from_vector(v, shape);
+  return dtype == DType::f32 ? t : t.to(dtype);
+}
+
+// For the benchmarks' cold rows: when `cold`, each call reads 64 MB (untimed) on every thread, so no
+// core's caches hold the op's tensors, as in a model after a step's weight stream. Both threads
+// read: a flush on the main thread alone let the other fall asleep, and waking it (~25 us) was
+// then reported as the cold cache's cost.
+class CacheFlush {
+ public:
+  explicit CacheFlush(bool cold) : data_(cold ? size_t(16) << 20 : 0, 1.f) {}
+  void operator()(benchmark::State& state) {
+    if (data_.empty()) return;
+    state.PauseTiming();
+    parallel_for(int64_t(data_.size() / 16), [&](int64_t i0, int64_t i1) {
+      float sum = 0;
+      for (int64_t i = i0; i < i1; ++i) sum += data_[size_t(i) * 16];
+      benchmark::DoNotOptimize(sum);
+    });
+    state.ResumeTiming();
+  }
+
+ private:
+  std::vector<float> data_;
+};
 
 }  // namespace kiln::bench

@@ -8,44 +8,15 @@
 
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "kiln/backends/cpu/kernels.h"
 #include "kiln/core/tensor.h"
-#include "kiln/core/threads.h"
 
 namespace {
 
 constexpr int64_t kHidden = 1024, kHq = 16, kHkv = 8, kD = 128, kInter = 3072;
 
-kiln::Tensor filled(const kiln::Shape& shape, kiln::DType dtype) {
-  std::vector<float> v(static_cast<size_t>(kiln::numel(shape)));
-  uint32_t s = 12345;
-  for (float& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = float(s >> 8) / float(1u << 24) - 0.5f;
-  }
-  kiln::Tensor t = kiln::Tensor::from_vector(v, shape);
-  return dtype == kiln::DType::f32 ? t : t.to(dtype);
-}
-
-// Reads 64 MB on every thread's core (untimed) when `cold`: the caches then hold none of the op's
-// tensors, as in a model after a GEMM's weight stream.
-class Flush {
- public:
-  explicit Flush(bool cold) : data_(cold ? size_t(16) << 20 : 0, 1.f) {}
-  void operator()(benchmark::State& state) {
-    if (data_.empty()) return;
-    state.PauseTiming();
-    kiln::parallel_for(int64_t(data_.size() / 16), [&](int64_t i0, int64_t i1) {
-      float sum = 0;
-      for (int64_t i = i0; i < i1; ++i) sum += data_[size_t(i) * 16];
-      benchmark::DoNotOptimize(sum);
-    });
-    state.ResumeTiming();
-  }
-
- private:
-  std::vector<float> data_;
-};
+using kiln::bench::filled;
 
 void set_bytes(benchmark::State& state, double bytes) {
   state.counters["GB/s"] =
@@ -57,7 +28,7 @@ void BM_RMSNorm(benchmark::State& state) {
   kiln::Tensor x = filled({t, kHidden}, kiln::DType::f32);
   kiln::Tensor w = filled({kHidden}, kiln::DType::bf16);
   kiln::Tensor y = kiln::Tensor::empty({t, kHidden}, kiln::DType::bf16);
-  Flush flush(state.range(1) != 0);
+  kiln::bench::CacheFlush flush(state.range(1) != 0);
   for (auto _ : state) {
     flush(state);
     kiln::cpu::rms_norm(x, w, 1e-6f, y);
@@ -78,7 +49,7 @@ void BM_QKNormRopeCache(benchmark::State& state) {
   kiln::Tensor q = kiln::Tensor::empty({1, t, kHq, kD}, kiln::DType::f32);
   kiln::Tensor kc = kiln::Tensor::zeros({1, l, kHkv, kD}, kiln::DType::bf16);
   kiln::Tensor vc = kiln::Tensor::zeros({1, l, kHkv, kD}, kiln::DType::bf16);
-  Flush flush(state.range(1) != 0);
+  kiln::bench::CacheFlush flush(state.range(1) != 0);
   for (auto _ : state) {
     flush(state);
     kiln::cpu::qk_norm_rope_cache(qkv, qn, kn, 1e-6f, pos, cos_sin, offset, q, kc, vc);
@@ -92,7 +63,7 @@ void BM_SiluMul(benchmark::State& state) {
   const int64_t t = state.range(0);
   kiln::Tensor gate_up = filled({t, 2 * kInter}, kiln::DType::f32);
   kiln::Tensor y = kiln::Tensor::empty({t, kInter}, kiln::DType::bf16);
-  Flush flush(state.range(1) != 0);
+  kiln::bench::CacheFlush flush(state.range(1) != 0);
   for (auto _ : state) {
     flush(state);
     kiln::cpu::silu_mul(gate_up, y);

@@ -63,6 +63,13 @@ TEST(JinjaEngine, OutputAndAllocationLimits) {
   kiln::Error e = expect_error("{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}", limits);
   EXPECT_NE(std::string(e.what()).find("bytes"), std::string::npos) << e.what();
   expect_error("{{ 'x' * 1000000000000 }}", limits);
+  // An empty sequence times any count is empty, at once (it once looped the count's times).
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(render("{{ [] * 6666666670 }}|{{ '' * 6666666670 }}|{{ (() * 9000000000)|length }}|"
+                   "{{ 3000000000 * [] }}",
+                   OJ::object(), limits),
+            "[]||0|[]");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
   // Doubling a string or a list quickly exceeds the limits.
   expect_error("{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", limits);
   expect_error("{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}", limits);

@@ -496,6 +496,9 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     const Value& num = a.is_number() ? a : b;
     if (!num.is_number() || num.is_float() || !(seq.is_string() || seq.is_list())) return unsupported();
     int64_t n = std::max<int64_t>(0, num.as_int());
+    // An empty sequence repeats to itself, however large n is: the loops below would otherwise
+    // spin n times without allocating, so no limit stopped them (the fuzzer's `[] * 6666666670`).
+    if (seq.is_string() ? seq.str().empty() : seq.items().empty()) n = 0;
     if (seq.is_string()) {
       budget_.alloc(seq.str().size() * static_cast<size_t>(std::min<int64_t>(n, INT32_MAX)));
       std::string s;

@@ -107,6 +107,15 @@ TEST(JinjaEngine, DepthLimits) {
   expect_error("{% set ns = namespace() %}{% set ns.l = [ns] %}");
 }
 
+// Found by the chat-template fuzzer: a slice inside a tuple subscript was evaluated as a whole
+// slice expression and read past its operands.
+TEST(JinjaEngine, SliceInsideATupleSubscriptIsAnError) {
+  kiln::Error e = expect_error("{{ x[1:2, 3] }}");
+  EXPECT_NE(std::string(e.what()).find("slice inside a tuple subscript"), std::string::npos) << e.what();
+  expect_error("{{ 'abc'[0, ::2] }}");
+  EXPECT_EQ(render("{{ 'abcdef'[1:5:2] }}|{{ [1, 2, 3][:2] }}|{{ {'a': 1}['a'] }}"), "bd|[1, 2]|1");
+}
+
 TEST(JinjaEngine, NoIoAndOnlyGivenData) {
   expect_error("{% include '/etc/passwd' %}");
   expect_error("{% import 'x' as y %}");

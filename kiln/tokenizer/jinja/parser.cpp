@@ -624,6 +624,10 @@ class Parser {
     if (args.size() == 1) {
       index = std::move(args[0]);
     } else {
+      // x[a:b, c] would index with a tuple holding a slice, which no value here supports (Python
+      // raises TypeError for lists, strings and dicts alike); a slice node is only valid whole.
+      for (const ExprPtr& a : args)
+        if (a->kind == ExprKind::kSlice) fail("a slice inside a tuple subscript is not supported");
       index = make(ExprKind::kTuple, line);
       index->args = std::move(args);
     }

@@ -4,7 +4,8 @@
 //  - decode (T * group <= 8, D % 16 == 0, AVX-512): work items are (batch row, kv head, slots);
 //    the cache is split along L too (flash-decoding, per-chunk (max, sum, acc) partials
 //    merged at the end) only where batch rows x kv heads leave threads idle. This path is memory
-//    bound: it reads each K/V byte once, the q heads of a group sharing the read.
+//    bound: it reads each K/V byte once, the q heads of a group sharing the read. Scores are
+//    computed per block of 16 slots, the online softmax updated once per 64.
 //  - prefill (AVX-512): work items are (batch, kv head, block of queries); the rows of an item are
 //    all (query, q head of the group) pairs, so a group's q heads share each K/V block. Scores are
 //    computed transposed (S^T [keys, rows] = K Q^T with Q^T prepared once per item), which makes the
@@ -234,7 +235,7 @@ inline __m512 hsum16(const __m512* v) {
 
 // acc_r[0, 16 * NV) = acc_r * alpha_r + sum_jj p_r[jj] * v_jj for one or two rows.
 template <int NV, bool kTwo, typename KT>
-inline void decode_pv(const KT* vp, int64_t slot_stride, int64_t nb, uint32_t bits, const float* p0,
+inline void decode_pv(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bits, const float* p0,
                       const float* p1, float alpha0, float alpha1, float* acc0, float* acc1) {
   __m512 a0[NV], a1[NV];
   const __m512 al0 = _mm512_set1_ps(alpha0), al1 = _mm512_set1_ps(alpha1);
@@ -261,7 +262,7 @@ inline void decode_pv(const KT* vp, int64_t slot_stride, int64_t nb, uint32_t bi
 }
 
 template <int NV, typename KT>
-inline void decode_pv_dispatch_rows(const KT* vp, int64_t slot_stride, int64_t nb, uint32_t bits,
+inline void decode_pv_dispatch_rows(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bits,
                                     const float* p0,
                                     const float* p1, float alpha0, float alpha1, float* acc0,
                                     float* acc1) {
@@ -272,7 +273,7 @@ inline void decode_pv_dispatch_rows(const KT* vp, int64_t slot_stride, int64_t n
 }
 
 template <typename KT>
-void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint32_t bits, int64_t d,
+void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bits, int64_t d,
                       const float* p0,
                       const float* p1, float alpha0, float alpha1, float* acc0, float* acc1) {
   for (int64_t d0 = 0; d0 < d; d0 += 128) {
@@ -291,11 +292,85 @@ void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint32_t bi
   }
 }
 
+// Slots per online-softmax update: scores for 4 blocks of 16, then one max/exp/rescale and one
+// pass of p V, so the update's serial reductions and acc's rescaling are paid once per 64 slots.
+constexpr int64_t kSuperSlots = 64;
+
 // A decode work item: kv head g of batch row b over slots [j_begin, j_end).
 struct DecodeChunk {
   int64_t b, g, j_begin, j_end;
   bool whole;  // covers every visible slot: normalises and writes `out` itself, no merge
 };
+
+// The query rows of one decode work item, as the score kernels read them.
+struct DecodeQuery {
+  int64_t rg = 0;            // rows (T * G <= 8)
+  const float* rows[8] = {};  // f32 q rows
+  bool use_dp = false;       // bf16 cache, D % 32 == 0: vdpbf16ps against q split in hi/lo halves
+  const bf16_t* hi[8] = {};
+  const bf16_t* lo[8] = {};
+};
+
+// Unscaled scores q_i . k_j of the rows against the 16 slots of one block (K rows at kb + jj *
+// slot_stride; slots whose bit in `bits` is clear get 0) into s[i * kSuperSlots + jj]. The K block
+// is streamed once: lane partials per (row, slot), then one transposing reduction per row gives the
+// row's 16 scores as one vector.
+template <typename KT>
+void score_block(const DecodeQuery& qr, int64_t d, const KT* kb, int64_t slot_stride,
+                 uint32_t bits, float* s) {
+  const int64_t rg = qr.rg;
+  __m512 part[8 * 16];  // lane partials [row][slot]
+  bool scored = false;
+#ifdef __AVX512BF16__
+  if constexpr (std::is_same_v<KT, bf16_t>) {
+    // The common shapes (D = 64 or 128, up to 4 rows per kv head) keep q in registers.
+    scored = qr.use_dp;
+    switch (qr.use_dp ? rg * 100 + d : 0) {
+#define KILN_BLOCK_CASE(r, dd)                                                          \
+  case r * 100 + dd:                                                                    \
+    decode_block_partials_dp<r, dd / 32>(qr.hi, qr.lo, kb, slot_stride, bits, part);    \
+    break;
+      KILN_BLOCK_CASE(1, 64) KILN_BLOCK_CASE(2, 64) KILN_BLOCK_CASE(3, 64)
+      KILN_BLOCK_CASE(4, 64) KILN_BLOCK_CASE(1, 128) KILN_BLOCK_CASE(2, 128)
+#undef KILN_BLOCK_CASE
+      default: scored = false;
+    }
+  }
+#endif
+  for (int64_t jj = 0; jj < 16 && !scored; ++jj) {
+    if (!(bits >> jj & 1u)) {
+      for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
+      continue;
+    }
+    const KT* kp = kb + jj * slot_stride;
+#ifdef __AVX512BF16__
+    if (qr.use_dp) {
+      if constexpr (std::is_same_v<KT, bf16_t>) {
+        switch (rg) {
+#define KILN_DP_CASE(n) \
+  case n:               \
+    decode_partials_dp<n>(qr.hi, qr.lo, kp, d, part, jj); \
+    break;
+          KILN_DP_CASE(1) KILN_DP_CASE(2) KILN_DP_CASE(3) KILN_DP_CASE(4)
+          KILN_DP_CASE(5) KILN_DP_CASE(6) KILN_DP_CASE(7) KILN_DP_CASE(8)
+#undef KILN_DP_CASE
+        }
+        continue;
+      }
+    }
+#endif
+    switch (rg) {
+#define KILN_SC_CASE(n) \
+  case n:               \
+    decode_partials<n>(qr.rows, kp, d, part, jj);  \
+    break;
+      KILN_SC_CASE(1) KILN_SC_CASE(2) KILN_SC_CASE(3) KILN_SC_CASE(4)
+      KILN_SC_CASE(5) KILN_SC_CASE(6) KILN_SC_CASE(7) KILN_SC_CASE(8)
+#undef KILN_SC_CASE
+    }
+  }
+  for (int64_t i = 0; i < rg; ++i) _mm512_store_ps(s + i * kSuperSlots, hsum16(part + i * 16));
+}
 
 // One chunk for the rg = T * G query rows of its kv head (row i is r = t * Hq + g * G + q head of
 // the group). Writes unnormalised partials pm[r], pl[r], pacc[r * D], or, for a whole chunk, the
@@ -306,135 +381,98 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
   const int64_t rows = a.t * a.hq, rg = a.t * a.g, g = c.g;  // rg <= 8 on this path
   const float* qb = q + c.b * rows * a.d;
   int64_t r_of[8];
-  const float* qrows[8];
+  DecodeQuery qr;
+  qr.rg = rg;
   for (int64_t i = 0; i < rg; ++i) {
     const int64_t r = (i / a.g) * a.hq + g * a.g + i % a.g;
     r_of[i] = r;
-    qrows[i] = qb + r * a.d;
+    qr.rows[i] = qb + r * a.d;
     pm[r] = kNegInf;
     pl[r] = 0.f;
     std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
   }
-  alignas(64) float s[8 * 16];  // scores, then p, of the block: [row][slot]
+  alignas(64) float s[8 * kSuperSlots];  // scores, then p, of the superblock: [row][slot]
   float alpha[8];
-  __m512 part[8 * 16];  // lane partials [row][slot]
 #ifdef __AVX512BF16__
   // q rows split into bf16 hi/lo halves for the vdpbf16ps score path (bf16 cache, D % 32 == 0).
-  const bool use_dp = std::is_same_v<KT, bf16_t> && a.d % 32 == 0;
+  qr.use_dp = std::is_same_v<KT, bf16_t> && a.d % 32 == 0;
   thread_local std::vector<bf16_t> qsplit_buf;
-  const bf16_t* qhi[8];
-  const bf16_t* qlo[8];
-  if (use_dp) {
+  if (qr.use_dp) {
     if (qsplit_buf.size() < size_t(rg * 2 * a.d)) qsplit_buf.resize(size_t(rg * 2 * a.d));
     for (int64_t i = 0; i < rg; ++i) {
       bf16_t* hi = qsplit_buf.data() + i * 2 * a.d;
       bf16_t* lo = hi + a.d;
       for (int64_t e = 0; e < a.d; ++e) {
-        hi[e] = f32_to_bf16(qrows[i][e]);
-        lo[e] = f32_to_bf16(qrows[i][e] - bf16_to_f32(hi[e]));
+        hi[e] = f32_to_bf16(qr.rows[i][e]);
+        lo[e] = f32_to_bf16(qr.rows[i][e] - bf16_to_f32(hi[e]));
       }
-      qhi[i] = hi;
-      qlo[i] = lo;
+      qr.hi[i] = hi;
+      qr.lo[i] = lo;
     }
   }
 #endif
   const int64_t slot_stride = a.hkv * a.d, row_bytes = a.d * int64_t(sizeof(KT));
-  for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += 16) {
-    const int64_t nb = std::min<int64_t>(16, c.j_end - j0);
+  for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += kSuperSlots) {
+    const int64_t ns = std::min<int64_t>(kSuperSlots, c.j_end - j0);
     const int64_t first = (c.b * a.l + j0) * slot_stride + g * a.d;  // this head's row of slot j0
-    // The next block's K and V rows of this head into L2 while this one is computed: the cache is
-    // cold after the weight stream, and the walk below is strided.
-    for (int64_t slot = 16; slot < std::min<int64_t>(32, c.j_end - j0); ++slot) {
-      const char* kr = reinterpret_cast<const char*>(k + first + slot * slot_stride);
-      const char* vr = reinterpret_cast<const char*>(v + first + slot * slot_stride);
-      for (int64_t off = 0; off < row_bytes; off += 64) {
-        _mm_prefetch(kr + off, _MM_HINT_T1);
-        _mm_prefetch(vr + off, _MM_HINT_T1);
-      }
-    }
-    uint32_t base = 0;
-    for (int64_t jj = 0; jj < nb; ++jj)
-      if (mask[c.b * a.l + j0 + jj]) base |= 1u << jj;
-    // Scores (K block streamed once): lane partials per (row, slot), then one transposing
-    // reduction per row gives the row's 16 scores as one vector.
-    bool scored = false;
-#ifdef __AVX512BF16__
-    if constexpr (std::is_same_v<KT, bf16_t>) {
-      // The common shapes (D = 64 or 128, up to 4 rows per kv head) keep q in registers.
-      scored = use_dp;
-      switch (use_dp ? rg * 100 + a.d : 0) {
-#define KILN_BLOCK_CASE(r, d)                                                              \
-  case r * 100 + d:                                                                        \
-    decode_block_partials_dp<r, d / 32>(qhi, qlo, k + first, slot_stride, base, part);    \
-    break;
-        KILN_BLOCK_CASE(1, 64) KILN_BLOCK_CASE(2, 64) KILN_BLOCK_CASE(3, 64)
-        KILN_BLOCK_CASE(4, 64) KILN_BLOCK_CASE(1, 128) KILN_BLOCK_CASE(2, 128)
-#undef KILN_BLOCK_CASE
-        default: scored = false;
-      }
-    }
-#endif
-    for (int64_t jj = 0; jj < 16 && !scored; ++jj) {
-      if (!(base >> jj & 1u)) {
-        for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
-        continue;
-      }
-      const KT* kp = k + first + jj * slot_stride;
-#ifdef __AVX512BF16__
-      if (use_dp) {
-        if constexpr (std::is_same_v<KT, bf16_t>) {
-          switch (rg) {
-#define KILN_DP_CASE(n) \
-  case n:               \
-    decode_partials_dp<n>(qhi, qlo, kp, a.d, part, jj); \
-    break;
-            KILN_DP_CASE(1) KILN_DP_CASE(2) KILN_DP_CASE(3) KILN_DP_CASE(4)
-            KILN_DP_CASE(5) KILN_DP_CASE(6) KILN_DP_CASE(7) KILN_DP_CASE(8)
-#undef KILN_DP_CASE
-          }
-          continue;
+    uint64_t base = 0;  // visible (unmasked) slots of the superblock
+    for (int64_t sb = 0; sb * 16 < ns; ++sb) {
+      const int64_t js = j0 + 16 * sb, nb = std::min<int64_t>(16, c.j_end - js);
+      const int64_t sub = first + 16 * sb * slot_stride;
+      // The next block's K and V rows of this head into L2 while this one is computed: the cache
+      // is cold after the weight stream, and the walk below is strided.
+      for (int64_t slot = 16; slot < std::min<int64_t>(32, c.j_end - js); ++slot) {
+        const char* kr = reinterpret_cast<const char*>(k + sub + slot * slot_stride);
+        const char* vr = reinterpret_cast<const char*>(v + sub + slot * slot_stride);
+        for (int64_t off = 0; off < row_bytes; off += 64) {
+          _mm_prefetch(kr + off, _MM_HINT_T1);
+          _mm_prefetch(vr + off, _MM_HINT_T1);
         }
       }
-#endif
-      switch (rg) {
-#define KILN_SC_CASE(n) \
-  case n:               \
-    decode_partials<n>(qrows, kp, a.d, part, jj);  \
-    break;
-        KILN_SC_CASE(1) KILN_SC_CASE(2) KILN_SC_CASE(3) KILN_SC_CASE(4)
-        KILN_SC_CASE(5) KILN_SC_CASE(6) KILN_SC_CASE(7) KILN_SC_CASE(8)
-#undef KILN_SC_CASE
-      }
+      uint32_t bits = 0;
+      for (int64_t jj = 0; jj < nb; ++jj)
+        if (mask[c.b * a.l + js + jj]) bits |= 1u << jj;
+      base |= uint64_t(bits) << (16 * sb);
+      score_block(qr, a.d, k + sub, slot_stride, bits, s + 16 * sb);
     }
-    for (int64_t i = 0; i < rg; ++i) _mm512_store_ps(s + i * 16, hsum16(part + i * 16));
-    // Online softmax per row over this block; s becomes p.
+    // One online-softmax update per row over the superblock; s becomes p.
     for (int64_t i = 0; i < rg; ++i) {
       // Causal: slots j <= slot_offset + t.
-      const int64_t r = r_of[i], lim = a.slot_offset + i / a.g - j0;  // last visible jj
-      uint32_t vis = base;
-      if (lim < 15) vis &= lim < 0 ? 0u : (2u << lim) - 1u;
-      const __mmask16 vm = __mmask16(vis);
-      float* sp = s + i * 16;
-      __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), vm,
-                                     _mm512_mul_ps(_mm512_load_ps(sp), _mm512_set1_ps(a.scale)));
-      const float mb = vis ? _mm512_mask_reduce_max_ps(vm, sv) : kNegInf;
-      const float m_new = std::max(pm[r], mb);
+      const int64_t r = r_of[i], lim = a.slot_offset + i / a.g - j0;  // last visible slot - j0
+      float* sp = s + i * kSuperSlots;
+      __m512 sv[kSuperSlots / 16];
+      __m512 mx = _mm512_set1_ps(kNegInf);
+      const int64_t nsub = (ns + 15) / 16;
+      for (int64_t sb = 0; sb < nsub; ++sb) {
+        uint32_t vis = uint32_t(base >> (16 * sb)) & 0xffffu;
+        const int64_t last = lim - 16 * sb;
+        if (last < 15) vis &= last < 0 ? 0u : (2u << last) - 1u;
+        sv[sb] = _mm512_mask_mov_ps(
+            _mm512_set1_ps(kNegInf), __mmask16(vis),
+            _mm512_mul_ps(_mm512_load_ps(sp + 16 * sb), _mm512_set1_ps(a.scale)));
+        mx = _mm512_max_ps(mx, sv[sb]);
+      }
+      const float m_new = std::max(pm[r], _mm512_reduce_max_ps(mx));
       if (m_new == kNegInf) {
-        _mm512_store_ps(sp, _mm512_setzero_ps());
+        for (int64_t sb = 0; sb < nsub; ++sb) _mm512_store_ps(sp + 16 * sb, _mm512_setzero_ps());
         alpha[i] = 1.f;
         continue;
       }
       alpha[i] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
-      const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(sv, _mm512_set1_ps(m_new)));
-      _mm512_store_ps(sp, p);
-      pl[r] = pl[r] * alpha[i] + _mm512_reduce_add_ps(p);
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t sb = 0; sb < nsub; ++sb) {
+        const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(sv[sb], _mm512_set1_ps(m_new)));
+        _mm512_store_ps(sp + 16 * sb, p);
+        sum = _mm512_add_ps(sum, p);
+      }
+      pl[r] = pl[r] * alpha[i] + _mm512_reduce_add_ps(sum);
       pm[r] = m_new;
     }
-    // acc += p V (V block streamed once), rows in pairs.
+    // acc += p V (V rows streamed once), rows in pairs.
     for (int64_t i = 0; i < rg; i += 2) {
       const bool two = i + 1 < rg;
-      decode_pv_chunks(v + first, slot_stride, nb, base, a.d, s + i * 16,
-                       two ? s + (i + 1) * 16 : nullptr, alpha[i], two ? alpha[i + 1] : 1.f,
+      decode_pv_chunks(v + first, slot_stride, ns, base, a.d, s + i * kSuperSlots,
+                       two ? s + (i + 1) * kSuperSlots : nullptr, alpha[i], two ? alpha[i + 1] : 1.f,
                        pacc + r_of[i] * a.d, two ? pacc + r_of[i + 1] * a.d : nullptr);
     }
   }

@@ -6,6 +6,7 @@
 // Run: build-*/bench/bench_attention --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <vector>
 
 #include "bench/bench_common.h"
@@ -49,6 +50,55 @@ BENCHMARK(BM_AttentionDecode)
     ->Args({8, 4096, 0})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// Decode as a model runs it: 28 layers' caches in one allocation (huge pages, as
+// CausalLM::make_cache lays them out), called in turn, with a read of one layer's weight bytes
+// (30 MB, untimed) between calls, so every call finds its K and V in memory and the other ops'
+// data in the caches. Only the attention calls are timed; "us/layer" is one call.
+void BM_AttentionDecodeLayers(benchmark::State& state) {
+  constexpr int64_t kLayers = 28;
+  constexpr size_t kLayerWeightFloats = size_t(30) << 18;  // 30 MB
+  const int64_t b = state.range(0), l = state.range(1);
+  kiln::Tensor q = filled({b, 1, kHq, kD}, kiln::DType::f32, 2.f);
+  kiln::Tensor block = kiln::Tensor::empty({2 * kLayers * b, l, kHkv, kD}, kiln::DType::bf16);
+  {
+    const kiln::Tensor one = filled({2 * b, l, kHkv, kD}, kiln::DType::bf16, 2.f);
+    for (int64_t i = 0; i < kLayers; ++i)
+      std::memcpy(block.slice0(2 * i * b, 2 * (i + 1) * b).raw(), one.raw(), one.nbytes());
+  }
+  kiln::Tensor mask = kiln::Tensor::from_vector(std::vector<int32_t>(size_t(b * l), 1), {b, l});
+  kiln::Tensor out = kiln::Tensor::empty({b, 1, kHq, kD}, kiln::DType::bf16);
+  kiln::Tensor weights = kiln::Tensor::zeros({int64_t(kLayerWeightFloats)}, kiln::DType::f32);
+  const float* w = weights.data<float>();
+  double timed = 0;
+  for (auto _ : state) {
+    double step = 0;
+    for (int64_t i = 0; i < kLayers; ++i) {
+      kiln::parallel_for(int64_t(kLayerWeightFloats / 16), [&](int64_t i0, int64_t i1) {
+        float sum = 0;
+        for (int64_t j = i0; j < i1; ++j) sum += w[size_t(j) * 16];
+        benchmark::DoNotOptimize(sum);
+      });
+      const kiln::Tensor k = block.slice0(2 * i * b, (2 * i + 1) * b);
+      const kiln::Tensor v = block.slice0((2 * i + 1) * b, (2 * i + 2) * b);
+      const double t0 = kiln::bench::now_s();
+      kiln::cpu::attention(q, k, v, mask, l - 1, out);
+      step += kiln::bench::now_s() - t0;
+      benchmark::DoNotOptimize(out.raw());
+    }
+    state.SetIterationTime(step);
+    timed += step;
+  }
+  const double bytes = double(2 * kLayers * b * l * kHkv * kD * 2);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["us/layer"] = timed * 1e6 / double(state.iterations() * kLayers);
+}
+BENCHMARK(BM_AttentionDecodeLayers)
+    ->ArgNames({"B", "L"})
+    ->Args({1, 512})
+    ->Args({1, 2048})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
 
 void BM_AttentionPrefill(benchmark::State& state) {
   const int64_t b = state.range(0), t = state.range(1);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/backends/cpu/kernels.h"
+#include "kiln/backends/cpu/linear_dnnl.h"
 
 namespace kiln::cpu {
 namespace {
@@ -136,6 +137,54 @@ std::vector<Case> cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LinearTest, testing::ValuesIn(cases()), case_name);
+
+// The portable bf16 kernel (what linear() runs without AVX512_BF16, where oneDNN has no bf16
+// either) in both of its forms, whatever this machine's linear() uses: plain C++, and AVX2 where
+// the CPU has it. Weights packed per 64-column block as linear_dnnl.h lays them out.
+TEST(Linear, PortableBf16KernelMatchesReference) {
+  struct Shape3 {
+    int64_t M, N, K;
+  };
+  for (const Shape3 sh : {Shape3{1, 130, 70}, Shape3{2, 64, 32}, Shape3{3, 200, 1030},
+                          Shape3{4, 129, 96}, Shape3{5, 70, 64}, Shape3{9, 300, 200}}) {
+    const auto [M, N, K] = sh;
+    const int64_t kp = detail::round_up(K, detail::kBlockK);
+    const int64_t nblocks = (N + detail::kBlockN - 1) / detail::kBlockN;
+    const auto wr = round_bf16(random_values(N * K, 4)), xr = round_bf16(random_values(M * K, 5));
+    const auto rv = random_values(M * N, 6);
+    std::vector<uint16_t> wb(size_t(N * K)), xb(size_t(M * kp), 0);
+    for (size_t i = 0; i < wb.size(); ++i) wb[i] = f32_to_bf16(wr[i]);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) xb[size_t(m * kp + k)] = f32_to_bf16(xr[size_t(m * K + k)]);
+    alignas(64) static uint16_t packed[8 * 1056 * 64];
+    ASSERT_LE(nblocks * kp * detail::kBlockN, int64_t(sizeof(packed) / 2));
+    std::fill(packed, packed + nblocks * kp * detail::kBlockN, uint16_t(0));
+    for (int64_t b = 0; b < nblocks; ++b)
+      detail::pack_b_panels(wb.data() + b * detail::kBlockN * K, K, /*trans=*/true, K,
+                            std::min<int64_t>(detail::kBlockN, N - b * detail::kBlockN),
+                            packed + b * kp * detail::kBlockN);
+    const Reference plain = reference(xr, wr, M, N, K);
+    Reference with_res = plain;
+    for (size_t i = 0; i < rv.size(); ++i) with_res.y[i] += rv[i];
+    for (const bool vector : {false, true}) {
+      SCOPED_TRACE("M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
+                   std::to_string(K) + (vector ? " vector" : " scalar"));
+      if (vector && !detail::cpu_has_avx2_fma()) continue;
+      std::vector<float> y(size_t(M * N));
+      detail::linear_bf16_portable(xb.data(), M, kp, packed, N, y.data(), false, nullptr, vector);
+      EXPECT_LE(worst_ratio(y, plain, DType::f32), 1.0);
+      std::vector<uint16_t> yb(size_t(M * N));
+      detail::linear_bf16_portable(xb.data(), M, kp, packed, N, yb.data(), true, rv.data(), vector);
+      std::vector<float> ybf(yb.size());
+      for (size_t i = 0; i < yb.size(); ++i) ybf[i] = bf16_to_f32(yb[i]);
+      EXPECT_LE(worst_ratio(ybf, with_res, DType::bf16), 1.0);
+      std::vector<float> acc = rv;  // residual aliasing y
+      detail::linear_bf16_portable(xb.data(), M, kp, packed, N, acc.data(), false, acc.data(),
+                                   vector);
+      EXPECT_LE(worst_ratio(acc, with_res, DType::f32), 1.0);
+    }
+  }
+}
 
 TEST(Linear, BatchedInputShape) {
   // x [B, T, K] is treated as [B*T, K].

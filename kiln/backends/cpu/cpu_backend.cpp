@@ -93,7 +93,7 @@ class CpuBackend final : public graph::Backend {
 
   static bool spinning_team_suits(const graph::Graph& g,
                                   std::span<const std::shared_ptr<void>> prepared) {
-    if (!detail::gemv_bf16_available()) return false;
+    if (!detail::bf16_linear_on_kiln()) return false;
     bool any_linear = false;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node& n = g.nodes[i];

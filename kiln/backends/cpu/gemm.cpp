@@ -41,8 +41,11 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float be
                         c.dtype() == DType::bf16))
     return;
 
-  // Mixed inputs multiply in f32 (the bf16 operand is widened into a scratch buffer).
-  const DType t = a.dtype() == b.dtype() ? a.dtype() : DType::f32;
+  // Mixed inputs multiply in f32 (the bf16 operand is widened into a scratch buffer), and so do
+  // bf16 ones where oneDNN has no bf16 matmul (below AVX-512): widening is exact.
+  const DType t = a.dtype() == b.dtype() && (a.dtype() == DType::f32 || detail::onednn_has_bf16())
+                      ? a.dtype()
+                      : DType::f32;
   const void* pa = a.raw();
   const void* pb = b.raw();
   if (a.dtype() != t) {
@@ -56,15 +59,20 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float be
     pb = s;
   }
 
+  // oneDNN has no f32 x f32 -> bf16 matmul: that case writes f32 scratch (beta is 0 for bf16 c).
+  const bool via_f32 = t == DType::f32 && c.dtype() == DType::bf16;
+  const DType ct = via_f32 ? DType::f32 : c.dtype();
+  void* pc = via_f32 ? detail::thread_scratch(3, size_t(M * N) * 4) : c.raw();
   const auto dt = detail::to_dnnl(t);
   const memory::desc a_md({M, K}, dt, trans_a ? memory::dims{1, M} : memory::dims{K, 1});
   const memory::desc b_md({K, N}, dt, trans_b ? memory::dims{1, K} : memory::dims{N, 1});
-  const memory::desc c_md({M, N}, detail::to_dnnl(c.dtype()), memory::format_tag::ab);
+  const memory::desc c_md({M, N}, detail::to_dnnl(ct), memory::format_tag::ab);
   const std::string key = "gemm:" + std::to_string(M) + "," + std::to_string(N) + "," +
                           std::to_string(K) + "," + std::to_string(int(trans_a)) +
                           std::to_string(int(trans_b)) + "," + std::string(dtype_name(t)) + "," +
-                          std::string(dtype_name(c.dtype()));
-  detail::run_strided_matmul(key, a_md, pa, b_md, pb, c_md, c.raw(), beta);
+                          std::string(dtype_name(ct));
+  detail::run_strided_matmul(key, a_md, pa, b_md, pb, c_md, pc, beta);
+  if (via_f32) convert(pc, DType::f32, c.raw(), DType::bf16, M * N);
 }
 
 }  // namespace kiln::cpu

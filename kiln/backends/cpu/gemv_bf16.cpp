@@ -119,15 +119,15 @@ void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int
   parallel_for_stealing(nblocks, 1, body, min_blocks);
 }
 
-bool gemv_bf16_available() { return true; }
+bool avx512_bf16_kernels() { return true; }
 
-#else  // no AVX512_BF16 at compile time: linear() sends every M to oneDNN.
+#else  // no AVX512_BF16 at compile time: linear() uses oneDNN or linear_bf16_portable.
 
 void gemv_bf16(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, void*, bool,
                const float*) {
   KILN_CHECK(false, "gemv_bf16 called in a build without AVX512_BF16");
 }
-bool gemv_bf16_available() { return false; }
+bool avx512_bf16_kernels() { return false; }
 
 #endif
 

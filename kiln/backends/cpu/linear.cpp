@@ -232,10 +232,11 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor
   }
   if (M == 0) return;
 
-  if (w.compute_ == DType::bf16 && detail::gemv_bf16_available()) {
+  if (w.compute_ == DType::bf16 && detail::bf16_linear_on_kiln()) {
     // x to bf16 once, zero-padded to Kp, then decode streams the weights (GEMV) and prefill runs
     // kiln's GEMM kernel on them in place: the kernel training uses, level with oneDNN's brgemm on
-    // this layout and with no primitive to create per shape (docs/notes/cpu-gemm.md).
+    // this layout and with no primitive to create per shape (docs/notes/cpu-gemm.md). Without
+    // AVX512_BF16 both are the portable kernel (AVX2 or plain C++).
     const int64_t kp = w.kp_;
     auto* xb = static_cast<uint16_t*>(detail::thread_scratch(1, size_t(M * kp) * 2));
     for (int64_t m = 0; m < M; ++m) {
@@ -245,6 +246,8 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor
     }
     const auto* wp = static_cast<const uint16_t*>(w.buf_->ptr);
     const bool y_bf16 = y.dtype() == DType::bf16;
+    if (!detail::avx512_bf16_kernels())
+      return detail::linear_bf16_portable(xb, M, kp, wp, N, y.raw(), y_bf16, res);
     if (M <= detail::kGemvMaxM) return detail::gemv_bf16(xb, M, kp, wp, N, y.raw(), y_bf16, res);
     if (!detail::gemm_onednn_only() &&
         detail::gemm_bf16_packed(xb, M, kp, wp, N, y.raw(), y_bf16, res))

@@ -100,6 +100,22 @@ void run_strided_matmul(const std::string& key, const dnnl::memory::desc& a, con
                   {DNNL_ARG_DST, dnnl::memory(c, eng, pc)}});
 }
 
+bool onednn_has_bf16() {
+  static const bool has = [] {
+    try {
+      using dnnl::memory;
+      const memory::desc a({4, 32}, memory::data_type::bf16, memory::format_tag::ab);
+      const memory::desc b({32, 4}, memory::data_type::bf16, memory::format_tag::ab);
+      const memory::desc c({4, 4}, memory::data_type::f32, memory::format_tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), dnnl_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;  // "could not create a primitive descriptor iterator"
+    }
+  }();
+  return has;
+}
+
 dnnl::memory::data_type to_dnnl(DType t) {
   switch (t) {
     case DType::f32: return dnnl::memory::data_type::f32;

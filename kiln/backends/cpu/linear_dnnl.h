@@ -120,7 +120,19 @@ bool gemm_bf16_packed(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t*
 void pack_b_panels(const uint16_t* b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
                    uint16_t* out);
 
-// Whether gemv_bf16 is compiled with AVX512_BF16 (otherwise linear() uses oneDNN for every M).
-bool gemv_bf16_available();
+// y[M, N] = xb[M, Kp] x W^T (+ residual) on the packed layout, like gemm_bf16_packed, for any M
+// and any CPU: AVX2 + FMA where the CPU has them (and `vector`), plain C++ otherwise. For builds
+// without AVX512_BF16, where oneDNN has no bf16 matmul either (linear_bf16_portable.cpp).
+void linear_bf16_portable(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N,
+                          void* y, bool y_bf16, const float* residual, bool vector = true);
+bool cpu_has_avx2_fma();
+
+// Whether this build has kiln's AVX512_BF16 kernels (gemv_bf16, gemm_bf16, gemm_bf16_packed).
+bool avx512_bf16_kernels();
+// Whether oneDNN runs bf16 matmuls on this CPU (oneDNN 2.6: AVX-512 and up), probed once.
+bool onednn_has_bf16();
+// Whether linear() runs bf16 weights on kiln's own kernels for every M (no oneDNN call): where
+// this build has the AVX512_BF16 ones, or where oneDNN has no bf16 matmul.
+inline bool bf16_linear_on_kiln() { return avx512_bf16_kernels() || !onednn_has_bf16(); }
 
 }  // namespace kiln::cpu::detail

@@ -1,0 +1,182 @@
+// bf16 linear on the packed weight layout (linear_dnnl.h) for CPUs without AVX512_BF16 and builds
+// without it: AVX2 + FMA where the CPU has them (chosen at run time, so a portable build uses them
+// too), plain C++ elsewhere. Weights stay bf16 in memory and are widened in registers (a bf16 is
+// the top half of an f32, so widening is a shift or a mask); x is rounded to bf16 first, as on the
+// vdpbf16ps path, so every ISA multiplies the same numbers. oneDNN 2.6 has no bf16 matmul below
+// AVX-512 (AMD Zen 3, most laptops): without this, a bf16 model could not run there at all.
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/backends/cpu/linear_dnnl.h"
+#include "kiln/core/error.h"
+#include "kiln/core/threads.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace kiln::cpu::detail {
+namespace {
+
+// Rows of x handled together against one slice of a weight block: enough to reuse each widened
+// weight vector four times, few enough that the accumulators stay in AVX2's 16 registers.
+constexpr int64_t kRowsPerTile = 4;
+
+// thread_scratch slot of the widened x (1-2: linear(), 3-8: prefill attention, 9-10: gemm_bf16).
+constexpr int kScratchX = 11;
+
+// k pairs per L1 chunk of a block (256 bytes each) in the multi-row AVX2 path.
+constexpr int64_t kChunkPairs = 32;
+
+// Adds the residual, converts and stores tile values v[m][j] (columns c0 + j, clipped to N).
+void store_tile(const float* v, int64_t ldv, int64_t rows, int64_t c0, int64_t cols, int64_t N,
+                int64_t m0, void* y, bool y_bf16, const float* residual) {
+  const int64_t n = std::min(cols, N - c0);
+  for (int64_t m = 0; m < rows; ++m) {
+    const int64_t off = (m0 + m) * N + c0;
+    for (int64_t j = 0; j < n; ++j) {
+      float s = v[m * ldv + j];
+      if (residual) s += residual[off + j];
+      if (y_bf16)
+        static_cast<uint16_t*>(y)[off + j] = f32_to_bf16(s);
+      else
+        static_cast<float*>(y)[off + j] = s;
+    }
+  }
+}
+
+// Plain C++: rows [m0, m0 + rows) against every column of block b.
+void block_scalar(const float* x, int64_t Kp, int64_t m0, int64_t rows, const uint16_t* wblk,
+                  int64_t b, int64_t N, void* y, bool y_bf16, const float* residual) {
+  float acc[kRowsPerTile * kBlockN];
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* xr = x + (m0 + m) * Kp;
+    for (int64_t c = 0; c < kBlockN; ++c) {
+      float s = 0.f;
+      for (int64_t p = 0; p < Kp / 2; ++p) {
+        const uint16_t* w = wblk + p * 2 * kBlockN + 2 * c;
+        s += bf16_to_f32(w[0]) * xr[2 * p] + bf16_to_f32(w[1]) * xr[2 * p + 1];
+      }
+      acc[m * kBlockN + c] = s;
+    }
+  }
+  store_tile(acc, kBlockN, rows, b * kBlockN, kBlockN, N, m0, y, y_bf16, residual);
+}
+
+#if defined(__x86_64__)
+// MR rows x NV vectors of 8 columns, starting at column col of the block. Each 32-bit lane of the
+// layout holds (W[k even][c], W[k odd][c]): the low half shifted up is the even k's f32, the high
+// half masked is the odd k's.
+template <int MR, int NV, bool Prefetch = false>
+__attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t Kp, int64_t m0,
+                                                  const uint16_t* wblk, int64_t col, int64_t p0,
+                                                  int64_t p1, float* out) {
+  __m256 acc[MR][NV];
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v)
+      acc[m][v] = p0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + m * kBlockN + 8 * v);
+  const __m256i high = _mm256_set1_epi32(int32_t(0xffff0000u));
+  const float* xr = x + m0 * Kp;
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint16_t* w = wblk + p * 2 * kBlockN + 2 * col;
+    __m256 xe[MR], xo[MR];
+    for (int m = 0; m < MR; ++m) {
+      xe[m] = _mm256_broadcast_ss(xr + m * Kp + 2 * p);
+      xo[m] = _mm256_broadcast_ss(xr + m * Kp + 2 * p + 1);
+    }
+    // The first slice of a chunk pulls in the next chunk's k pairs whole (all four lines).
+    if (Prefetch)
+      for (int line = 0; line < 4; ++line)
+        _mm_prefetch(reinterpret_cast<const char*>(wblk + (p + kChunkPairs) * 2 * kBlockN) +
+                         64 * line,
+                     _MM_HINT_T0);
+    for (int v = 0; v < NV; ++v) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * v));
+      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(raw, high));
+      for (int m = 0; m < MR; ++m) {
+        acc[m][v] = _mm256_fmadd_ps(even, xe[m], acc[m][v]);
+        acc[m][v] = _mm256_fmadd_ps(odd, xo[m], acc[m][v]);
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + m * kBlockN + 8 * v, acc[m][v]);
+}
+
+// Rows [m0, m0 + rows) (rows <= 4) against every column of block b. One row streams the block
+// front to back (the decode GEMV: 8 accumulators, one 256-byte k pair per step); more rows walk it
+// in column slices so their accumulators fit in registers.
+template <int MR>
+__attribute__((target("avx2,fma"))) void rows_block_avx2(const float* x, int64_t Kp, int64_t m0,
+                                                        const uint16_t* wblk, float* acc) {
+  if constexpr (MR == 1) {
+    tile_avx2<1, 8>(x, Kp, m0, wblk, 0, 0, Kp / 2, acc);
+  } else {
+    // Chunks of k pairs small enough for L1, every slice over one chunk before the next: a
+    // strided walk of the whole block per slice ran M = 2-4 at a third of the bandwidth.
+    constexpr int NV = MR == 2 ? 4 : 2;
+    for (int64_t p0 = 0; p0 < Kp / 2; p0 += kChunkPairs) {
+      const int64_t p1 = std::min(Kp / 2, p0 + kChunkPairs);
+      tile_avx2<MR, NV, true>(x, Kp, m0, wblk, 0, p0, p1, acc);
+      for (int64_t col = 8 * NV; col < kBlockN; col += 8 * NV)
+        tile_avx2<MR, NV>(x, Kp, m0, wblk, col, p0, p1, acc + col);
+    }
+  }
+}
+
+void block_avx2(const float* x, int64_t Kp, int64_t m0, int64_t rows, const uint16_t* wblk,
+                int64_t b, int64_t N, void* y, bool y_bf16, const float* residual) {
+  alignas(32) float acc[kRowsPerTile * kBlockN];
+  switch (rows) {
+    case 1: rows_block_avx2<1>(x, Kp, m0, wblk, acc); break;
+    case 2: rows_block_avx2<2>(x, Kp, m0, wblk, acc); break;
+    case 3: rows_block_avx2<3>(x, Kp, m0, wblk, acc); break;
+    default: rows_block_avx2<4>(x, Kp, m0, wblk, acc); break;
+  }
+  store_tile(acc, kBlockN, rows, b * kBlockN, kBlockN, N, m0, y, y_bf16, residual);
+}
+#endif
+
+}  // namespace
+
+bool cpu_has_avx2_fma() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+#else
+  return false;
+#endif
+}
+
+void linear_bf16_portable(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w,
+                          int64_t N, void* y, bool y_bf16, const float* residual, bool vector) {
+  KILN_CHECK(Kp % 2 == 0, "linear_bf16_portable: Kp = ", Kp, " must be even");
+  // x widened once (exact): the kernels broadcast single f32 values of it.
+  auto* x = static_cast<float*>(thread_scratch(kScratchX, size_t(M * Kp) * 4));
+  for (int64_t i = 0; i < M * Kp; ++i) x[i] = bf16_to_f32(xb[i]);
+  const bool avx2 = vector && cpu_has_avx2_fma();
+  const int64_t nblocks = (N + kBlockN - 1) / kBlockN;
+  // A block (64 columns, Kp * 128 bytes) is the work item: every row group runs against it while
+  // it is in L2, so each weight byte is read from memory once per call. Threads steal blocks, as
+  // in the AVX512_BF16 GEMV; tiny problems stay on one thread.
+  const int64_t min_blocks =
+      std::max<int64_t>(1, (int64_t(64) << 10) / std::max<int64_t>(1, Kp * kBlockN * 2 * M));
+  parallel_for_stealing(nblocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint16_t* wblk = w + b * Kp * kBlockN;
+      for (int64_t m0 = 0; m0 < M; m0 += kRowsPerTile) {
+        const int64_t rows = std::min(kRowsPerTile, M - m0);
+#if defined(__x86_64__)
+        if (avx2) {
+          block_avx2(x, Kp, m0, rows, wblk, b, N, y, y_bf16, residual);
+          continue;
+        }
+#endif
+        block_scalar(x, Kp, m0, rows, wblk, b, N, y, y_bf16, residual);
+      }
+    }
+  }, min_blocks);
+}
+
+}  // namespace kiln::cpu::detail

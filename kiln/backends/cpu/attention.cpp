@@ -85,7 +85,7 @@ void attention_scalar(const Dims& a, const float* q, const KT* k, const KT* v, c
   // Causal rows grow in cost with t: the threads share them by work stealing.
   parallel_for_stealing(rows, 1, [&](int64_t r0, int64_t r1) {
     std::vector<float> acc(static_cast<size_t>(d));
-    float s[kBlock];
+    float s[kBlock + 4];
     int64_t slot[kBlock];
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t h = r % a.hq, bt = r / a.hq, ti = bt % a.t, bi = bt / a.t;
@@ -96,36 +96,55 @@ void attention_scalar(const Dims& a, const float* q, const KT* k, const KT* v, c
       float m = kNegInf, lsum = 0.f;
       const int64_t hi = std::min(vis[size_t(bi)].hi, a.slot_offset + ti + 1);
       for (int64_t j = vis[size_t(bi)].lo; j < hi;) {
-        // The next block of visible slots and their scores.
+        // The next block of visible slots.
         int64_t n = 0;
-        float bmax = kNegInf;
-        for (; j < hi && n < kBlock; ++j) {
-          if (!mask[bi * a.l + j]) continue;
-          const KT* kr = k + ((bi * a.l + j) * a.hkv + kvh) * d;
-          float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t i = 0; i < d; ++i) dot += qr[i] * elem(kr, i);
-          s[n] = dot * a.scale;
-          bmax = std::max(bmax, s[n]);
-          slot[n++] = j;
-        }
+        for (; j < hi && n < kBlock; ++j)
+          if (mask[bi * a.l + j]) slot[n++] = j;
         if (n == 0) continue;
+        // Scores four slots at a time: four independent sums, where one would wait on its own
+        // FMA latency at every step.
+        const KT* kr[4];
+        int64_t e = 0;
+        for (; e < n; e += 4) {
+          for (int u = 0; u < 4; ++u)
+            kr[u] = k + ((bi * a.l + slot[std::min(e + u, n - 1)]) * a.hkv + kvh) * d;
+          float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+          for (int64_t i = 0; i < d; ++i) {
+            s0 += qr[i] * elem(kr[0], i);
+            s1 += qr[i] * elem(kr[1], i);
+            s2 += qr[i] * elem(kr[2], i);
+            s3 += qr[i] * elem(kr[3], i);
+          }
+          s[e] = s0 * a.scale;  // s has room past n: the repeated last slot lands there
+          s[e + 1] = s1 * a.scale;
+          s[e + 2] = s2 * a.scale;
+          s[e + 3] = s3 * a.scale;
+        }
+        float bmax = kNegInf;
+        for (e = 0; e < n; ++e) bmax = std::max(bmax, s[e]);
         const float m_new = std::max(m, bmax);
         const float alpha = m == kNegInf ? 0.f : std::exp(m - m_new);
         float psum = 0.f;
-        for (int64_t e = 0; e < n; ++e) {
+        for (e = 0; e < n; ++e) {
           s[e] = std::exp(s[e] - m_new);
           psum += s[e];
         }
+        for (e = n; e < n + 4; ++e) s[e] = 0.f;  // padding slots of the last group: p = 0
         lsum = lsum * alpha + psum;
         m = m_new;
 #pragma omp simd
         for (int64_t i = 0; i < d; ++i) ac[i] *= alpha;
-        for (int64_t e = 0; e < n; ++e) {
-          const KT* vr = v + ((bi * a.l + slot[e]) * a.hkv + kvh) * d;
-          const float p = s[e];
+        // acc += p V, four slots per pass over acc.
+        const KT* vr[4];
+        for (e = 0; e < n; e += 4) {
+          for (int u = 0; u < 4; ++u)
+            vr[u] = v + ((bi * a.l + slot[std::min(e + u, n - 1)]) * a.hkv + kvh) * d;
+          const float p0 = s[e], p1 = s[e + 1], p2 = s[e + 2], p3 = s[e + 3];
 #pragma omp simd
-          for (int64_t i = 0; i < d; ++i) ac[i] += p * elem(vr, i);
+          for (int64_t i = 0; i < d; ++i)
+            ac[i] += p0 * elem(vr[0], i) + p1 * elem(vr[1], i) + p2 * elem(vr[2], i) +
+                     p3 * elem(vr[3], i);
         }
       }
       const float inv = lsum > 0.f ? 1.f / lsum : 0.f;  // no visible slot: 0

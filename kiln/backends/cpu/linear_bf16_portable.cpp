@@ -22,8 +22,9 @@ namespace {
 // weight vector four times, few enough that the accumulators stay in AVX2's 16 registers.
 constexpr int64_t kRowsPerTile = 4;
 
-// thread_scratch slot of the widened x (1-2: linear(), 3-8: prefill attention, 9-10: gemm_bf16).
-constexpr int kScratchX = 11;
+// thread_scratch slots: x widened, a chunk of W widened, the GEMM's accumulators (1-2 are
+// linear()'s, 3-8 the prefill attention's, 9-10 gemm_bf16's).
+constexpr int kScratchX = 11, kScratchWide = 12, kScratchAcc = 13;
 
 // k pairs per L1 chunk of a block (256 bytes each) in the multi-row AVX2 path.
 constexpr int64_t kChunkPairs = 32;
@@ -71,36 +72,67 @@ template <int MR, int NV, bool Prefetch = false>
 __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t Kp, int64_t m0,
                                                   const uint16_t* wblk, int64_t col, int64_t p0,
                                                   int64_t p1, float* out) {
+  // AVX2 has 16 registers: MR x NV accumulators plus either every row's two broadcasts (rows
+  // inner) or every vector's two widened halves (vectors inner), whichever fits; loops fully
+  // unrolled so GCC keeps acc in registers.
+  constexpr bool kRowsInner = 2 * MR + MR * NV + 3 <= 16;
   __m256 acc[MR][NV];
+#pragma GCC unroll 8
   for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v)
       acc[m][v] = p0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + m * kBlockN + 8 * v);
   const __m256i high = _mm256_set1_epi32(int32_t(0xffff0000u));
   const float* xr = x + m0 * Kp;
   for (int64_t p = p0; p < p1; ++p) {
     const uint16_t* w = wblk + p * 2 * kBlockN + 2 * col;
-    __m256 xe[MR], xo[MR];
-    for (int m = 0; m < MR; ++m) {
-      xe[m] = _mm256_broadcast_ss(xr + m * Kp + 2 * p);
-      xo[m] = _mm256_broadcast_ss(xr + m * Kp + 2 * p + 1);
-    }
     // The first slice of a chunk pulls in the next chunk's k pairs whole (all four lines).
     if (Prefetch)
       for (int line = 0; line < 4; ++line)
         _mm_prefetch(reinterpret_cast<const char*>(wblk + (p + kChunkPairs) * 2 * kBlockN) +
                          64 * line,
                      _MM_HINT_T0);
-    for (int v = 0; v < NV; ++v) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * v));
-      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
-      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(raw, high));
+    if constexpr (kRowsInner) {
+      __m256 xe[MR], xo[MR];
+#pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
-        acc[m][v] = _mm256_fmadd_ps(even, xe[m], acc[m][v]);
-        acc[m][v] = _mm256_fmadd_ps(odd, xo[m], acc[m][v]);
+        xe[m] = _mm256_broadcast_ss(xr + m * Kp + 2 * p);
+        xo[m] = _mm256_broadcast_ss(xr + m * Kp + 2 * p + 1);
+      }
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * v));
+        const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+        const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(raw, high));
+#pragma GCC unroll 8
+        for (int m = 0; m < MR; ++m) {
+          acc[m][v] = _mm256_fmadd_ps(even, xe[m], acc[m][v]);
+          acc[m][v] = _mm256_fmadd_ps(odd, xo[m], acc[m][v]);
+        }
+      }
+    } else {
+      __m256 even[NV], odd[NV];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * v));
+        even[v] = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+        odd[v] = _mm256_castsi256_ps(_mm256_and_si256(raw, high));
+      }
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const __m256 xe = _mm256_broadcast_ss(xr + m * Kp + 2 * p);
+        const __m256 xo = _mm256_broadcast_ss(xr + m * Kp + 2 * p + 1);
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {
+          acc[m][v] = _mm256_fmadd_ps(even[v], xe, acc[m][v]);
+          acc[m][v] = _mm256_fmadd_ps(odd[v], xo, acc[m][v]);
+        }
       }
     }
   }
+#pragma GCC unroll 8
   for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + m * kBlockN + 8 * v, acc[m][v]);
 }
 
@@ -136,6 +168,90 @@ void block_avx2(const float* x, int64_t Kp, int64_t m0, int64_t rows, const uint
   }
   store_tile(acc, kBlockN, rows, b * kBlockN, kBlockN, N, m0, y, y_bf16, residual);
 }
+
+// Many rows (prefill): a chunk of the block's k pairs is widened once into f32 rows of 64 columns,
+// then 6 x 16 register tiles run every row against it, 12 FMAs per 2 loads of W and 6 broadcasts
+// of x (the 4-row tiles above widen W again for every row group: ~75 GFLOP/s at M = 128 on two
+// Zen 3 cores).
+constexpr int64_t kGemmRows = 6;
+constexpr int64_t kGemmChunkPairs = 128;  // 256 k x 64 columns of f32: 64 KiB, in L2
+
+__attribute__((target("avx2,fma"))) void widen_chunk(const uint16_t* wblk, int64_t p0, int64_t p1,
+                                                    float* wf) {
+  const __m256i high = _mm256_set1_epi32(int32_t(0xffff0000u));
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint16_t* w = wblk + p * 2 * kBlockN;
+    float* even = wf + (p - p0) * 2 * kBlockN;
+    float* odd = even + kBlockN;
+    for (int v = 0; v < kBlockN / 8; ++v) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * v));
+      _mm256_storeu_ps(even + 8 * v, _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16)));
+      _mm256_storeu_ps(odd + 8 * v, _mm256_castsi256_ps(_mm256_and_si256(raw, high)));
+    }
+  }
+}
+
+// c[m0 + m][col, col + 16) (+)= x[m0 + m][k0, k0 + kn) . wf[0, kn)[col, col + 16), MR <= 6.
+template <int MR>
+__attribute__((target("avx2,fma"))) void gemm_tile_avx2(const float* x, int64_t Kp, int64_t m0,
+                                                       int64_t k0, int64_t kn, const float* wf,
+                                                       int64_t col, float* c) {
+  // Loops over m fully unrolled, so acc lives in registers (GCC kept a copy on the stack,
+  // stored every iteration, without it).
+  __m256 acc[MR][2];
+#pragma GCC unroll 6
+  for (int m = 0; m < MR; ++m) {
+    acc[m][0] = _mm256_setzero_ps();
+    acc[m][1] = _mm256_setzero_ps();
+  }
+  if (k0 > 0) {
+#pragma GCC unroll 6
+    for (int m = 0; m < MR; ++m) {
+      acc[m][0] = _mm256_loadu_ps(c + (m0 + m) * kBlockN + col);
+      acc[m][1] = _mm256_loadu_ps(c + (m0 + m) * kBlockN + col + 8);
+    }
+  }
+  const float* xr = x + m0 * Kp + k0;
+  for (int64_t k = 0; k < kn; ++k) {
+    const __m256 w0 = _mm256_loadu_ps(wf + k * kBlockN + col);
+    const __m256 w1 = _mm256_loadu_ps(wf + k * kBlockN + col + 8);
+#pragma GCC unroll 6
+    for (int m = 0; m < MR; ++m) {
+      const __m256 a = _mm256_broadcast_ss(xr + m * Kp + k);
+      acc[m][0] = _mm256_fmadd_ps(w0, a, acc[m][0]);
+      acc[m][1] = _mm256_fmadd_ps(w1, a, acc[m][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int m = 0; m < MR; ++m) {
+    _mm256_storeu_ps(c + (m0 + m) * kBlockN + col, acc[m][0]);
+    _mm256_storeu_ps(c + (m0 + m) * kBlockN + col + 8, acc[m][1]);
+  }
+}
+
+// All M rows against block b.
+void gemm_block_avx2(const float* x, int64_t M, int64_t Kp, const uint16_t* wblk, int64_t b,
+                     int64_t N, void* y, bool y_bf16, const float* residual) {
+  auto* wf = static_cast<float*>(thread_scratch(kScratchWide, size_t(kGemmChunkPairs * 2 * kBlockN) * 4));
+  auto* c = static_cast<float*>(thread_scratch(kScratchAcc, size_t(M * kBlockN) * 4));
+  for (int64_t p0 = 0; p0 < Kp / 2; p0 += kGemmChunkPairs) {
+    const int64_t p1 = std::min(Kp / 2, p0 + kGemmChunkPairs), k0 = 2 * p0, kn = 2 * (p1 - p0);
+    widen_chunk(wblk, p0, p1, wf);
+    for (int64_t m0 = 0; m0 < M; m0 += kGemmRows) {
+      for (int64_t col = 0; col < kBlockN; col += 16) {
+        switch (std::min(kGemmRows, M - m0)) {
+          case 1: gemm_tile_avx2<1>(x, Kp, m0, k0, kn, wf, col, c); break;
+          case 2: gemm_tile_avx2<2>(x, Kp, m0, k0, kn, wf, col, c); break;
+          case 3: gemm_tile_avx2<3>(x, Kp, m0, k0, kn, wf, col, c); break;
+          case 4: gemm_tile_avx2<4>(x, Kp, m0, k0, kn, wf, col, c); break;
+          case 5: gemm_tile_avx2<5>(x, Kp, m0, k0, kn, wf, col, c); break;
+          default: gemm_tile_avx2<6>(x, Kp, m0, k0, kn, wf, col, c); break;
+        }
+      }
+    }
+  }
+  store_tile(c, kBlockN, M, b * kBlockN, kBlockN, N, 0, y, y_bf16, residual);
+}
 #endif
 
 }  // namespace
@@ -165,6 +281,12 @@ void linear_bf16_portable(const uint16_t* xb, int64_t M, int64_t Kp, const uint1
   parallel_for_stealing(nblocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const uint16_t* wblk = w + b * Kp * kBlockN;
+#if defined(__x86_64__)
+      if (avx2 && M > kRowsPerTile) {
+        gemm_block_avx2(x, M, Kp, wblk, b, N, y, y_bf16, residual);
+        continue;
+      }
+#endif
       for (int64_t m0 = 0; m0 < M; m0 += kRowsPerTile) {
         const int64_t rows = std::min(kRowsPerTile, M - m0);
 #if defined(__x86_64__)

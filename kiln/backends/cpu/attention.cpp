@@ -73,10 +73,9 @@ inline float elem(const KT* p, int64_t i) {
 // ------------------------------------------------------------------------------------------------
 // Portable path (any D, any ISA; the only one below AVX-512): one (b, t, h) row at a time, online
 // softmax over its visible slots in blocks of 64, so exp and the rescaling of the accumulator are
-// paid per block, not per slot. The loops over D are `omp simd` reductions, which the compiler
-// vectorises for the build's ISA (AVX2 here: a 132-slot decode step's attention fell ~10x from
-// the slot-by-slot loop, see docs/notes/cpu-attention.md); their order of summation is not the
-// serial one, which f32-class tolerances allow.
+// paid per block, not per slot. The loops over D are `omp simd` (reductions included), which the
+// compiler vectorises for the build's ISA; their order of summation is not the serial one, which
+// f32-class tolerances allow. Measured on AVX2 in docs/notes/cpu-attention.md.
 template <typename KT>
 void attention_scalar(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                       const std::vector<VisRange>& vis, Tensor& out) {
@@ -101,13 +100,18 @@ void attention_scalar(const Dims& a, const float* q, const KT* k, const KT* v, c
         for (; j < hi && n < kBlock; ++j)
           if (mask[bi * a.l + j]) slot[n++] = j;
         if (n == 0) continue;
+        // K or V rows of this head for block slots first..first+3 (a short last group repeats
+        // its last slot).
+        auto rows_of = [&](const KT* base, int64_t first, const KT* (&group)[4]) {
+          for (int u = 0; u < 4; ++u)
+            group[u] = base + ((bi * a.l + slot[std::min(first + u, n - 1)]) * a.hkv + kvh) * d;
+        };
         // Scores four slots at a time: four independent sums, where one would wait on its own
         // FMA latency at every step.
         const KT* kr[4];
         int64_t e = 0;
         for (; e < n; e += 4) {
-          for (int u = 0; u < 4; ++u)
-            kr[u] = k + ((bi * a.l + slot[std::min(e + u, n - 1)]) * a.hkv + kvh) * d;
+          rows_of(k, e, kr);
           float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
 #pragma omp simd reduction(+ : s0, s1, s2, s3)
           for (int64_t i = 0; i < d; ++i) {
@@ -138,8 +142,7 @@ void attention_scalar(const Dims& a, const float* q, const KT* k, const KT* v, c
         // acc += p V, four slots per pass over acc.
         const KT* vr[4];
         for (e = 0; e < n; e += 4) {
-          for (int u = 0; u < 4; ++u)
-            vr[u] = v + ((bi * a.l + slot[std::min(e + u, n - 1)]) * a.hkv + kvh) * d;
+          rows_of(v, e, vr);
           const float p0 = s[e], p1 = s[e + 1], p2 = s[e + 2], p3 = s[e + 3];
 #pragma omp simd
           for (int64_t i = 0; i < d; ++i)

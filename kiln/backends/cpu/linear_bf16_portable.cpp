@@ -232,7 +232,8 @@ __attribute__((target("avx2,fma"))) void gemm_tile_avx2(const float* x, int64_t 
 // All M rows against block b.
 void gemm_block_avx2(const float* x, int64_t M, int64_t Kp, const uint16_t* wblk, int64_t b,
                      int64_t N, void* y, bool y_bf16, const float* residual) {
-  auto* wf = static_cast<float*>(thread_scratch(kScratchWide, size_t(kGemmChunkPairs * 2 * kBlockN) * 4));
+  auto* wf = static_cast<float*>(
+      thread_scratch(kScratchWide, size_t(kGemmChunkPairs * 2 * kBlockN) * 4));
   auto* c = static_cast<float*>(thread_scratch(kScratchAcc, size_t(M * kBlockN) * 4));
   for (int64_t p0 = 0; p0 < Kp / 2; p0 += kGemmChunkPairs) {
     const int64_t p1 = std::min(Kp / 2, p0 + kGemmChunkPairs), k0 = 2 * p0, kn = 2 * (p1 - p0);

@@ -54,7 +54,9 @@ BENCHMARK(BM_AttentionDecode)
 // Decode as a model runs it: 28 layers' caches in one allocation (huge pages, as
 // CausalLM::make_cache lays them out), called in turn, with a read of one layer's weight bytes
 // (30 MB, untimed) between calls, so every call finds its K and V in memory and the other ops'
-// data in the caches. Only the attention calls are timed; "us/layer" is one call.
+// data in the caches. Only the attention calls are timed; "us/layer" is one call, "read_us/layer"
+// a plain read of as many bytes just as cold, "of_read" the ratio: the fraction of the decode
+// roofline the attention reaches.
 void BM_AttentionDecodeLayers(benchmark::State& state) {
   constexpr int64_t kLayers = 28;
   constexpr size_t kLayerWeightFloats = size_t(30) << 18;  // 30 MB
@@ -70,15 +72,32 @@ void BM_AttentionDecodeLayers(benchmark::State& state) {
   kiln::Tensor out = kiln::Tensor::empty({b, 1, kHq, kD}, kiln::DType::bf16);
   kiln::Tensor weights = kiln::Tensor::zeros({int64_t(kLayerWeightFloats)}, kiln::DType::f32);
   const float* w = weights.data<float>();
-  double timed = 0;
+  auto evict = [&] {
+    kiln::parallel_for(int64_t(kLayerWeightFloats / 16), [&](int64_t i0, int64_t i1) {
+      float sum = 0;
+      for (int64_t j = i0; j < i1; ++j) sum += w[size_t(j) * 16];
+      benchmark::DoNotOptimize(sum);
+    });
+  };
+  double timed = 0, read_timed = 0;
   for (auto _ : state) {
     double step = 0;
     for (int64_t i = 0; i < kLayers; ++i) {
-      kiln::parallel_for(int64_t(kLayerWeightFloats / 16), [&](int64_t i0, int64_t i1) {
-        float sum = 0;
-        for (int64_t j = i0; j < i1; ++j) sum += w[size_t(j) * 16];
+      // The yardstick: a plain read of as many K and V bytes by the same threads, just as cold
+      // (another layer's, last touched half a step ago: a 30 MB read leaves part of a layer's
+      // 2-8 MB in a 32 MB L3, so rereading this layer's would be warmer than the model's).
+      const int64_t other = (i + kLayers / 2) % kLayers;
+      const kiln::Tensor kv = block.slice0(2 * other * b, (2 * other + 2) * b);
+      evict();
+      const uint64_t* words = static_cast<const uint64_t*>(kv.raw());
+      const double r0 = kiln::bench::now_s();
+      kiln::parallel_for(int64_t(kv.nbytes() / 64), [&](int64_t i0, int64_t i1) {
+        uint64_t sum = 0;
+        for (int64_t j = i0 * 8; j < i1 * 8; ++j) sum += words[j];
         benchmark::DoNotOptimize(sum);
       });
+      read_timed += kiln::bench::now_s() - r0;
+      evict();
       const kiln::Tensor k = block.slice0(2 * i * b, (2 * i + 1) * b);
       const kiln::Tensor v = block.slice0((2 * i + 1) * b, (2 * i + 2) * b);
       const double t0 = kiln::bench::now_s();
@@ -92,6 +111,8 @@ void BM_AttentionDecodeLayers(benchmark::State& state) {
   const double bytes = double(2 * kLayers * b * l * kHkv * kD * 2);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["us/layer"] = timed * 1e6 / double(state.iterations() * kLayers);
+  state.counters["read_us/layer"] = read_timed * 1e6 / double(state.iterations() * kLayers);
+  state.counters["of_read"] = read_timed / timed;  // attention's speed as a fraction of the read's
 }
 BENCHMARK(BM_AttentionDecodeLayers)
     ->ArgNames({"B", "L"})

@@ -1,6 +1,8 @@
 // Forward kernels against double-precision references, one table row per op, run for f32 and bf16
 // activations. Ops that are f32-only by contract skip their bf16 run.
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "op_harness.h"
@@ -278,6 +280,32 @@ TEST(RmsNorm, MixedDtypes) {
   cpu::rms_norm(x, w, kEps, y);
   EXPECT_TRUE(all_close(y, rms_norm_ref(to_double(x), to_double(w), DType::bf16, DType::bf16),
                         {1e-6, 8e-3}));
+}
+
+// The vector kernels' own f32 -> bf16 stores (16 or 8 lanes) round exactly as f32_to_bf16 does:
+// ties to even, NaN kept as a NaN, infinities, signed zeros and denormals through unchanged.
+TEST(Mul, Bf16OutputRoundsLikeTheScalarConversion) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> special = {
+      1.f + 0x1p-8f, 1.f + 0x1p-7f + 0x1p-8f, -(1.f + 0x1p-8f), 1.f + 0x1p-8f + 0x1p-20f,  // ties
+      nan, -nan, inf, -inf, 0.f, -0.f, 1e-40f, -3e-39f, 3.3895e38f, -3.4e38f, 65504.f, 0.1f,
+      std::bit_cast<float>(0x7fffffffu)};  // a NaN whose rounding carry would reach the sign bit
+  std::vector<float> av;  // vector lanes and a scalar tail
+  for (int rep = 0; rep < 5; ++rep) av.insert(av.end(), special.begin(), special.end());
+  av.resize(av.size() - 3);
+  const int64_t n = int64_t(av.size());
+  Tensor a = Tensor::from_vector(av, {1, n});
+  Tensor one = Tensor::from_vector(std::vector<float>(size_t(n), 1.f), {1, n});
+  Tensor y = Tensor::empty({1, n}, DType::bf16);
+  cpu::mul(a, one, y);
+  for (int64_t i = 0; i < n; ++i) {
+    const bf16_t got = y.data<bf16_t>()[i], want = f32_to_bf16(av[size_t(i)]);
+    if (std::isnan(av[size_t(i)]))
+      EXPECT_TRUE(std::isnan(bf16_to_f32(got))) << "element " << i;
+    else
+      EXPECT_EQ(got, want) << "element " << i << " (" << av[size_t(i)] << ")";
+  }
 }
 
 TEST(Embedding, RejectsOutOfRangeId) {

@@ -1,15 +1,17 @@
 // Attention over a static KV cache with grouped-query heads, causal by slot, masked by kv_mask.
 //
-// Three paths compute the same thing (online softmax in f32, a query with no visible slot gives 0):
-//  - decode (T * group <= 8, D % 16 == 0, AVX-512): work items are (batch row, kv head, slots);
-//    the cache is split along L too (flash-decoding, per-chunk (max, sum, acc) partials
-//    merged at the end) only where batch rows x kv heads leave threads idle. This path is memory
-//    bound: it reads each K/V byte once, the q heads of a group sharing the read. Scores are
-//    computed per block of 16 slots, the online softmax updated once per 64.
-//  - prefill (AVX-512): work items are (batch, kv head, block of queries); the rows of an item are
-//    all (query, q head of the group) pairs, so a group's q heads share each K/V block. Scores are
-//    computed transposed (S^T [keys, rows] = K Q^T with Q^T prepared once per item), which makes the
-//    per-row softmax reductions vertical vector ops. Memory is O(block), never O(T * L).
+// Four paths compute the same thing (online softmax in f32, a query with no visible slot gives 0):
+//  - decode (T * group <= 8, D % 16 == 0, AVX-512 or AVX2 + FMA): work items are (batch row, kv
+//    head, slots) (AVX2: all kv heads, see its decode_chunk); the cache is split along L too
+//    (flash-decoding, per-chunk (max, sum, acc) partials merged at the end) only where batch rows x
+//    kv heads leave threads idle. This path is memory bound: it reads each K/V byte once, the q
+//    heads of a group sharing the read. Scores are computed per block of 16 slots (AVX2: 8), the
+//    online softmax updated once per 64.
+//  - prefill (AVX-512 or AVX2 + FMA): work items are (batch, kv head, block of queries); the rows
+//    of an item are all (query, q head of the group) pairs, so a group's q heads share each K/V
+//    block. Scores are computed transposed (S^T [keys, rows] = K Q^T with Q^T prepared once per
+//    item), which makes the per-row softmax reductions vertical vector ops. Memory is O(block),
+//    never O(T * L).
 //  - prefill through GEMMs (bf16 cache, T >= 32, AVX512_BF16): per batch row, K and V are packed
 //    once as kiln's bf16 GEMM's B panels; a work item (kv head, block of 32 queries) computes
 //    S = Q K^T and O = P V with that GEMM (the G q heads of a group are rows of one matrix) and the
@@ -17,7 +19,9 @@
 //    stays f32-accurate. 3-4x the f32 kernel above at the lengths that matter
 //    (docs/notes/cpu-attention.md); keys past a block's last query are skipped, so the causal waste
 //    is the diagonal block only.
-//  - scalar: any D and any ISA; one query row at a time. Also the reference the tests compare to.
+//  - scalar: any D and any ISA; one query row at a time.
+// The AVX-512 and AVX2 forms share the work split, the merge and the prefill's blocking; only their
+// kernels differ (16 or 8 lanes, 32 or 16 registers).
 // Only slots [first visible, min(last visible + 1, slot_offset + T)) are read, so a decode step
 // against a partly filled cache streams only the filled part.
 #include <algorithm>
@@ -158,12 +162,34 @@ void attention_scalar(const Dims& a, const float* q, const KT* k, const KT* v, c
   });
 }
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// The vector paths: 16 lanes with AVX-512, 8 with AVX2 + FMA. The work split, the merge of slot
+// chunks and the prefill's blocking are shared; the kernels they call are per ISA.
+#define KILN_ATTENTION_SIMD 1
 
 float* grow(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }
+
+// Slots per decode online-softmax update: scores for blocks of 16 (8 with AVX2), then one
+// max/exp/rescale and one pass of p V, so the update's serial reductions and acc's rescaling are
+// paid once per 64 slots.
+constexpr int64_t kSuperSlots = 64;
+
+// A decode work item: kv heads [g, g_end) of batch row b over slots [j_begin, j_end).
+struct DecodeChunk {
+  int64_t b, g, g_end, j_begin, j_end;
+  bool whole;  // covers every visible slot: normalises and writes `out` itself, no merge
+};
+
+constexpr int64_t kRowsMax = 64;  // prefill: rows (query, q head) per work item
+constexpr int64_t kKeyBlock = 64;  // prefill: keys per online-softmax update
+#endif
+
+#ifdef __AVX512F__
+
+constexpr bool kDecodeAllHeads = false;  // decode items: one kv head each
 
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load16(const bf16_t* p) { return detail::load_bf16x16(p); }
@@ -344,16 +370,6 @@ void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bi
     }
   }
 }
-
-// Slots per online-softmax update: scores for 4 blocks of 16, then one max/exp/rescale and one
-// pass of p V, so the update's serial reductions and acc's rescaling are paid once per 64 slots.
-constexpr int64_t kSuperSlots = 64;
-
-// A decode work item: kv head g of batch row b over slots [j_begin, j_end).
-struct DecodeChunk {
-  int64_t b, g, j_begin, j_end;
-  bool whole;  // covers every visible slot: normalises and writes `out` itself, no merge
-};
 
 // The query rows of one decode work item, as the score kernels read them.
 struct DecodeQuery {
@@ -539,82 +555,8 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
   }
 }
 
-template <typename KT>
-void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
-                      const std::vector<VisRange>& vis, Tensor& out) {
-  const int64_t threads = num_threads();
-  // Items: (batch row, kv head, slots). Whole kv heads first (an item then writes its rows itself,
-  // no merge); the slots are split too (flash-decoding, merged below) only where batch rows x kv
-  // heads leave threads idle. The threads share the items by work stealing: each starts on its own
-  // contiguous run (adjacent heads: one contiguous stretch of each K/V row), and on this VM one
-  // core is often 15-25 % slower than the other, which a static split left idle at the end (a
-  // quarter of the attention's time in OpenMP's barrier at 512 slots).
-  const int64_t per_batch = std::max<int64_t>(1, (2 * threads + a.b - 1) / a.b);
-  // Chunk (b, g, s) is chunks[first[b] + g * slot_chunks[b] + s].
-  std::vector<DecodeChunk> chunks;
-  std::vector<int64_t> first(size_t(a.b)), slot_chunks(size_t(a.b));
-  bool merge = false;
-  for (int64_t b = 0; b < a.b; ++b) {
-    first[size_t(b)] = int64_t(chunks.size());
-    const int64_t lo = vis[size_t(b)].lo;
-    const int64_t hi = std::max(lo, std::min(vis[size_t(b)].hi, a.slot_offset + a.t));
-    // Slot chunks of >= 64 slots: shorter ones cost more in merging than they save.
-    const int64_t n = std::clamp<int64_t>((per_batch + a.hkv - 1) / a.hkv, 1,
-                                          std::max<int64_t>(1, (hi - lo + 63) / 64));
-    const int64_t len = std::max<int64_t>(16, ((hi - lo + n - 1) / n + 15) / 16 * 16);
-    slot_chunks[size_t(b)] = n;
-    merge = merge || n > 1;
-    for (int64_t g = 0; g < a.hkv; ++g)
-      for (int64_t i = 0; i < n; ++i) {
-        // Empty trailing chunks (hi - lo not a multiple of len) keep the (b, g, s) indexing.
-        const int64_t j0 = std::min(hi, lo + i * len), j1 = std::min(hi, lo + (i + 1) * len);
-        chunks.push_back({b, g, j0, j1, n == 1});
-      }
-  }
-  const int64_t rows = a.t * a.hq, nchunks = int64_t(chunks.size());
-  // Partials live on the calling thread and are reused across calls: fresh pages cost ~10 us each.
-  thread_local std::vector<float> part_buf;
-  float* part = grow(part_buf, size_t(nchunks * rows * (a.d + 2)));
-  float* pm = part;
-  float* pl = part + nchunks * rows;
-  float* pacc = part + 2 * nchunks * rows;
-  parallel_for_stealing(nchunks, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c)
-      decode_chunk(a, q, k, v, mask, chunks[size_t(c)], pm + c * rows, pl + c * rows,
-                   pacc + c * rows * a.d, out);
-  });
-  if (!merge) return;
-  // Merge the slot chunks of each row of the batch rows whose slots were split.
-  parallel_for(a.b * rows, [&](int64_t i0, int64_t i1) {
-    std::vector<float> res(static_cast<size_t>(a.d));
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t b = i / rows, r = i % rows, n = slot_chunks[size_t(b)];
-      if (n == 1) continue;  // written by its chunk
-      const int64_t c_begin = first[size_t(b)] + (r % a.hq) / a.g * n;
-      float m = kNegInf;
-      for (int64_t c = c_begin; c < c_begin + n; ++c) m = std::max(m, pm[c * rows + r]);
-      std::fill(res.begin(), res.end(), 0.f);
-      float lsum = 0.f;
-      if (m != kNegInf) {
-        for (int64_t c = c_begin; c < c_begin + n; ++c) {
-          if (pm[c * rows + r] == kNegInf) continue;
-          const float w = std::exp(pm[c * rows + r] - m);
-          lsum += w * pl[c * rows + r];
-          detail::axpy_f32(w, pacc + (c * rows + r) * a.d, res.data(), a.d);
-        }
-      }
-      const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
-      for (float& x : res) x *= inv;
-      detail::store_row(res.data(), a.d, out.raw(), out.dtype(), (b * rows + r) * a.d);
-    }
-  });
-}
-
 // ------------------------------------------------------------------------------------------------
-// Prefill path.
-
-constexpr int64_t kRowsMax = 64;  // rows (query, q head) per work item
-constexpr int64_t kKeyBlock = 64;
+// Prefill kernels.
 
 // st[k][16 * i] = sum_d qt[d][16 * i] * kf[k][d] for NK keys and NR row vectors.
 template <int NR, int NK>
@@ -672,6 +614,454 @@ void pv_rows(const float* pt, int64_t ldp, int64_t nk, const float* vf, int64_t 
   if (r_end - r == 1) pv_tile<1, NV>(pt + r, ldp, nk, vf, d, o + r * d, alpha + r);
 }
 
+// Online softmax over the keys of a block for columns (rows) [c0, ld) of st [keys, ld], 16 rows per
+// vector: the reductions over keys are vertical. st becomes p; m, lsum and alpha are per row.
+void softmax_update(float* st, int64_t ld, int64_t nk_pad, int64_t c0, float* m, float* lsum,
+                    float* alpha) {
+  for (int64_t c = c0; c < ld; c += 16) {
+    __m512 mb = _mm512_set1_ps(kNegInf);
+    for (int64_t j = 0; j < nk_pad; ++j) mb = _mm512_max_ps(mb, _mm512_loadu_ps(st + j * ld + c));
+    const __m512 m_old = _mm512_loadu_ps(m + c);
+    const __m512 m_new = _mm512_max_ps(m_old, mb);
+    // Rows with nothing visible yet keep a finite reference 0 (their p and alpha are 0).
+    const __mmask16 none = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(kNegInf), _CMP_EQ_OQ);
+    const __m512 m_use = _mm512_mask_mov_ps(m_new, none, _mm512_setzero_ps());
+    const __m512 al = detail::exp512_masked_inf(_mm512_sub_ps(m_old, m_use));
+    __m512 ps = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nk_pad; ++j) {
+      const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(_mm512_loadu_ps(st + j * ld + c), m_use));
+      _mm512_storeu_ps(st + j * ld + c, p);
+      ps = _mm512_add_ps(ps, p);
+    }
+    _mm512_storeu_ps(lsum + c, _mm512_fmadd_ps(_mm512_loadu_ps(lsum + c), al, ps));
+    _mm512_storeu_ps(m + c, m_new);
+    _mm512_storeu_ps(alpha + c, al);
+  }
+}
+
+// st[k][c] = sum_x qt[x][c] * kf[k][x] for nk_pad keys and 16 * n16 columns.
+void qk_rows(const float* qt, int64_t ldq, const float* kf, int64_t nk_pad, int64_t d, float* st,
+             int64_t ldst, int64_t n16) {
+  switch (n16) {
+    case 1: qk_block<1>(qt, ldq, kf, nk_pad, d, st, ldst); break;
+    case 2: qk_block<2>(qt, ldq, kf, nk_pad, d, st, ldst); break;
+    case 3: qk_block<3>(qt, ldq, kf, nk_pad, d, st, ldst); break;
+    default: qk_block<4>(qt, ldq, kf, nk_pad, d, st, ldst); break;
+  }
+}
+
+// o[r] = o[r] * alpha[r] + sum_j pt[j][r] * vf[j] for rows [r_begin, r_end), over D in chunks of
+// 128 columns.
+void pv_update(const float* pt, int64_t ldp, int64_t nk_pad, const float* vf, int64_t d, float* o,
+               const float* alpha, int64_t r_begin, int64_t r_end) {
+  for (int64_t d0 = 0; d0 < d; d0 += 128) {
+    switch (std::min<int64_t>(8, (d - d0) / 16)) {
+#define KILN_PVR_CASE(n)                                                    \
+  case n:                                                                   \
+    pv_rows<n>(pt, ldp, nk_pad, vf + d0, d, o + d0, alpha, r_begin, r_end); \
+    break;
+      KILN_PVR_CASE(1) KILN_PVR_CASE(2) KILN_PVR_CASE(3) KILN_PVR_CASE(4)
+      KILN_PVR_CASE(5) KILN_PVR_CASE(6) KILN_PVR_CASE(7) KILN_PVR_CASE(8)
+#undef KILN_PVR_CASE
+    }
+  }
+}
+
+#elif defined(KILN_ATTENTION_SIMD)
+
+// The AVX2 + FMA forms (no AVX-512): 8-lane vectors and 16 registers, so blocks of 8 slots in
+// decode and smaller register tiles in prefill; the structure is the one above, the measurements
+// are in docs/notes/cpu-attention.md.
+
+constexpr bool kDecodeAllHeads = true;  // decode items: all kv heads of their slots
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const bf16_t* p) { return detail::load_bf16x8(p); }
+
+// ------------------------------------------------------------------------------------------------
+// Decode kernels.
+
+// Scores q_r . k_jj (unscaled) of RG query rows against the 8 slots of a block (K rows at kb + jj *
+// slot_stride; slots whose bit in `bits` is clear get 0) into s[r * kSuperSlots + jj]: each K row
+// is read once for all the rows, lane partials per (row, slot) reduced by one transposing sum.
+template <int RG, typename KT>
+void score_block8(const float* const* qrows, int64_t d, const KT* kb, int64_t slot_stride,
+                  uint32_t bits, float* s) {
+  constexpr int NA = RG <= 4 ? 2 : 1;  // accumulators per row, within 16 registers
+  __m256 part[RG][8];
+  for (int jj = 0; jj < 8; ++jj) {
+    if (!(bits >> jj & 1u)) {
+      for (int r = 0; r < RG; ++r) part[r][jj] = _mm256_setzero_ps();
+      continue;
+    }
+    const KT* kp = kb + jj * slot_stride;
+    __m256 acc[RG][NA];
+    for (int r = 0; r < RG; ++r)
+      for (int u = 0; u < NA; ++u) acc[r][u] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < d; i += 8 * NA)  // d % 16 == 0
+      for (int u = 0; u < NA; ++u) {
+        const __m256 kv = load8(kp + i + 8 * u);
+        for (int r = 0; r < RG; ++r)
+          acc[r][u] = _mm256_fmadd_ps(_mm256_loadu_ps(qrows[r] + i + 8 * u), kv, acc[r][u]);
+      }
+    for (int r = 0; r < RG; ++r)
+      part[r][jj] = NA == 2 ? _mm256_add_ps(acc[r][0], acc[r][NA - 1]) : acc[r][0];
+  }
+  for (int r = 0; r < RG; ++r) _mm256_storeu_ps(s + r * kSuperSlots, detail::hsum8x8(part[r]));
+}
+
+template <typename KT>
+void score_block(int64_t rg, const float* const* qrows, int64_t d, const KT* kb,
+                 int64_t slot_stride, uint32_t bits, float* s) {
+  switch (rg) {
+#define KILN_SC_CASE(n) \
+  case n:               \
+    score_block8<n>(qrows, d, kb, slot_stride, bits, s); \
+    break;
+    KILN_SC_CASE(1) KILN_SC_CASE(2) KILN_SC_CASE(3) KILN_SC_CASE(4)
+    KILN_SC_CASE(5) KILN_SC_CASE(6) KILN_SC_CASE(7) KILN_SC_CASE(8)
+#undef KILN_SC_CASE
+  }
+}
+
+// acc_r[0, 8 * NV) = acc_r * alpha_r + sum_jj p_r[jj] * v_jj for one or two rows.
+template <int NV, bool kTwo, typename KT>
+inline void decode_pv(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bits, const float* p0,
+                      const float* p1, float alpha0, float alpha1, float* acc0, float* acc1) {
+  __m256 a0[NV], a1[NV];
+  const __m256 al0 = _mm256_set1_ps(alpha0), al1 = _mm256_set1_ps(alpha1);
+  for (int i = 0; i < NV; ++i) {
+    a0[i] = _mm256_mul_ps(_mm256_loadu_ps(acc0 + 8 * i), al0);
+    if (kTwo) a1[i] = _mm256_mul_ps(_mm256_loadu_ps(acc1 + 8 * i), al1);
+  }
+  for (int64_t jj = 0; jj < nb; ++jj) {
+    // Masked slots are skipped, not multiplied by 0: an unused cache slot may hold anything.
+    if (!(bits >> jj & 1u)) continue;
+    const KT* row = vp + jj * slot_stride;
+    const __m256 b0 = _mm256_set1_ps(p0[jj]);
+    const __m256 b1 = kTwo ? _mm256_set1_ps(p1[jj]) : b0;
+    for (int i = 0; i < NV; ++i) {
+      const __m256 vv = load8(row + 8 * i);
+      a0[i] = _mm256_fmadd_ps(b0, vv, a0[i]);
+      if (kTwo) a1[i] = _mm256_fmadd_ps(b1, vv, a1[i]);
+    }
+  }
+  for (int i = 0; i < NV; ++i) {
+    _mm256_storeu_ps(acc0 + 8 * i, a0[i]);
+    if (kTwo) _mm256_storeu_ps(acc1 + 8 * i, a1[i]);
+  }
+}
+
+// decode_pv over D in chunks of 48 columns (two rows' accumulators in 12 registers).
+template <typename KT>
+void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bits, int64_t d,
+                      const float* p0, const float* p1, float alpha0, float alpha1, float* acc0,
+                      float* acc1) {
+  for (int64_t d0 = 0; d0 < d; d0 += 48) {
+    const int64_t nv = std::min<int64_t>(6, (d - d0) / 8);
+    switch (nv * 2 + (p1 ? 1 : 0)) {
+#define KILN_PV_CASE(n)                                                                        \
+  case 2 * n:                                                                                  \
+    decode_pv<n, false>(vp + d0, slot_stride, nb, bits, p0, p0, alpha0, alpha0, acc0 + d0,     \
+                        acc0 + d0);                                                            \
+    break;                                                                                     \
+  case 2 * n + 1:                                                                              \
+    decode_pv<n, true>(vp + d0, slot_stride, nb, bits, p0, p1, alpha0, alpha1, acc0 + d0,      \
+                       acc1 + d0);                                                             \
+    break;
+      KILN_PV_CASE(1) KILN_PV_CASE(2) KILN_PV_CASE(3) KILN_PV_CASE(4) KILN_PV_CASE(5)
+      KILN_PV_CASE(6)
+#undef KILN_PV_CASE
+    }
+  }
+}
+
+// One chunk: for each of its kv heads, the rg = T * G query rows of the head (row i is
+// r = t * Hq + g * G + q head of the group). Writes unnormalised partials pm[r], pl[r],
+// pacc[r * D], or, for a whole chunk, the normalised rows of `out`. The heads are walked inside each superblock
+// of slots, so the chunk reads its span of the cache front to back (a slot's K or V rows of all
+// heads are contiguous): one head per item, as with AVX-512, strides through memory 2 KB at a time
+// and was 12-15 % slower in bench_attention's model-like row on the Zen 3
+// (docs/notes/cpu-attention.md). Software prefetch, of the next block's rows or of the next
+// superblock's span, changed nothing measurable there.
+template <typename KT>
+void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
+                  const DecodeChunk& c, float* pm, float* pl, float* pacc, Tensor& out) {
+  const int64_t rows = a.t * a.hq, rg = a.t * a.g;  // rg <= 8 on this path
+  const float* qb = q + c.b * rows * a.d;
+  auto row_of = [&](int64_t g, int64_t i) { return (i / a.g) * a.hq + g * a.g + i % a.g; };
+  for (int64_t g = c.g; g < c.g_end; ++g)
+    for (int64_t i = 0; i < rg; ++i) {
+      const int64_t r = row_of(g, i);
+      pm[r] = kNegInf;
+      pl[r] = 0.f;
+      std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
+    }
+  alignas(32) float s[8 * kSuperSlots];  // scores, then p, of the superblock: [row][slot]
+  float alpha[8];
+  const int64_t slot_stride = a.hkv * a.d;
+  for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += kSuperSlots) {
+    const int64_t ns = std::min<int64_t>(kSuperSlots, c.j_end - j0), nsub = (ns + 7) / 8;
+    uint64_t base = 0;  // visible (unmasked) slots of the superblock
+    for (int64_t jj = 0; jj < ns; ++jj)
+      if (mask[c.b * a.l + j0 + jj]) base |= uint64_t(1) << jj;
+    for (int64_t g = c.g; g < c.g_end; ++g) {
+      int64_t r_of[8];
+      const float* qrows[8];
+      for (int64_t i = 0; i < rg; ++i) {
+        r_of[i] = row_of(g, i);
+        qrows[i] = qb + r_of[i] * a.d;
+      }
+      const int64_t first = (c.b * a.l + j0) * slot_stride + g * a.d;  // head g's row of slot j0
+      for (int64_t sb = 0; sb < nsub; ++sb)
+        score_block(rg, qrows, a.d, k + first + 8 * sb * slot_stride, slot_stride,
+                    uint32_t(base >> (8 * sb)) & 0xffu, s + 8 * sb);
+      // One online-softmax update per row over the superblock; s becomes p.
+      for (int64_t i = 0; i < rg; ++i) {
+        // Causal: slots j <= slot_offset + t.
+        const int64_t r = r_of[i], lim = a.slot_offset + i / a.g - j0;  // last visible slot - j0
+        float* sp = s + i * kSuperSlots;
+        __m256 sv[kSuperSlots / 8];
+        __m256 mx = _mm256_set1_ps(kNegInf);
+        for (int64_t sb = 0; sb < nsub; ++sb) {
+          uint32_t vis = uint32_t(base >> (8 * sb)) & 0xffu;
+          const int64_t last = lim - 8 * sb;
+          if (last < 7) vis &= last < 0 ? 0u : (2u << last) - 1u;
+          const __m256 scaled = _mm256_mul_ps(_mm256_load_ps(sp + 8 * sb), _mm256_set1_ps(a.scale));
+          sv[sb] = _mm256_blendv_ps(_mm256_set1_ps(kNegInf), scaled, detail::lanes_of_bits8(vis));
+          mx = _mm256_max_ps(mx, sv[sb]);
+        }
+        const float m_new = std::max(pm[r], detail::hmax256(mx));
+        if (m_new == kNegInf) {
+          for (int64_t sb = 0; sb < nsub; ++sb) _mm256_store_ps(sp + 8 * sb, _mm256_setzero_ps());
+          alpha[i] = 1.f;
+          continue;
+        }
+        alpha[i] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t sb = 0; sb < nsub; ++sb) {
+          const __m256 p = detail::exp256_masked_inf(_mm256_sub_ps(sv[sb], _mm256_set1_ps(m_new)));
+          _mm256_store_ps(sp + 8 * sb, p);
+          sum = _mm256_add_ps(sum, p);
+        }
+        pl[r] = pl[r] * alpha[i] + detail::hsum256(sum);
+        pm[r] = m_new;
+      }
+      // acc += p V (V rows streamed once per D chunk, from L1), rows in pairs.
+      for (int64_t i = 0; i < rg; i += 2) {
+        const bool two = i + 1 < rg;
+        decode_pv_chunks(v + first, slot_stride, ns, base, a.d, s + i * kSuperSlots,
+                         two ? s + (i + 1) * kSuperSlots : nullptr, alpha[i],
+                         two ? alpha[i + 1] : 1.f, pacc + r_of[i] * a.d,
+                         two ? pacc + r_of[i + 1] * a.d : nullptr);
+      }
+    }
+  }
+  if (!c.whole) return;
+  for (int64_t g = c.g; g < c.g_end; ++g)
+    for (int64_t i = 0; i < rg; ++i) {
+      const int64_t r = row_of(g, i);
+      float* acc = pacc + r * a.d;
+      const float inv = pl[r] > 0.f ? 1.f / pl[r] : 0.f;  // no visible slot: 0
+      for (int64_t e = 0; e < a.d; ++e) acc[e] *= inv;
+      detail::store_row(acc, a.d, out.raw(), out.dtype(), (c.b * rows + r) * a.d);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Prefill kernels.
+
+// st[k][8 * i] = sum_x qt[x][8 * i] * kf[k][x] for NK keys and NR row vectors.
+// The `#pragma GCC unroll`s keep the accumulator arrays in registers: without them GCC 12 left
+// pv_tile's on the stack, a store and reload per FMA (perf annotate).
+template <int NR, int NK>
+inline void qk_tile(const float* qt, int64_t ldq, const float* kf, int64_t d, float* st,
+                    int64_t ldst) {
+  __m256 acc[NK][NR];
+#pragma GCC unroll 16
+  for (int k = 0; k < NK; ++k)
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) acc[k][i] = _mm256_setzero_ps();
+  for (int64_t x = 0; x < d; ++x) {
+    __m256 qv[NR];
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) qv[i] = _mm256_loadu_ps(qt + x * ldq + 8 * i);
+#pragma GCC unroll 16
+    for (int k = 0; k < NK; ++k) {
+      const __m256 kb = _mm256_broadcast_ss(kf + k * d + x);
+#pragma GCC unroll 16
+      for (int i = 0; i < NR; ++i) acc[k][i] = _mm256_fmadd_ps(qv[i], kb, acc[k][i]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < NK; ++k)
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) _mm256_storeu_ps(st + k * ldst + 8 * i, acc[k][i]);
+}
+
+// st[k][c] = sum_x qt[x][c] * kf[k][x] for nk_pad (a multiple of 8) keys and 16 * n16 columns.
+void qk_rows(const float* qt, int64_t ldq, const float* kf, int64_t nk_pad, int64_t d, float* st,
+             int64_t ldst, int64_t n16) {
+  for (int64_t c = 0; c < 16 * n16; c += 16)
+    for (int64_t k = 0; k < nk_pad; k += 4)
+      qk_tile<2, 4>(qt + c, ldq, kf + k * d, d, st + k * ldst + c, ldst);
+}
+
+// o[r][0, 8 NV) = o[r] * alpha[r] + sum_j pt[j][r] * vf[j] for NRW rows.
+template <int NRW, int NV>
+inline void pv_tile(const float* pt, int64_t ldp, int64_t nk, const float* vf, int64_t d, float* o,
+                    const float* alpha) {
+  __m256 acc[NRW][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < NRW; ++r) {
+    const __m256 al = _mm256_set1_ps(alpha[r]);
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; ++i) acc[r][i] = _mm256_mul_ps(_mm256_loadu_ps(o + r * d + 8 * i), al);
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    __m256 pb[NRW];
+#pragma GCC unroll 16
+    for (int r = 0; r < NRW; ++r) pb[r] = _mm256_broadcast_ss(pt + j * ldp + r);
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; ++i) {
+      const __m256 vv = _mm256_loadu_ps(vf + j * d + 8 * i);
+#pragma GCC unroll 16
+      for (int r = 0; r < NRW; ++r) acc[r][i] = _mm256_fmadd_ps(pb[r], vv, acc[r][i]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < NRW; ++r)
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; ++i) _mm256_storeu_ps(o + r * d + 8 * i, acc[r][i]);
+}
+
+// o[r] = o[r] * alpha[r] + sum_j pt[j][r] * vf[j] for rows [r_begin, r_end), over D in chunks of
+// 32 columns (d % 16 == 0).
+void pv_update(const float* pt, int64_t ldp, int64_t nk_pad, const float* vf, int64_t d, float* o,
+               const float* alpha, int64_t r_begin, int64_t r_end) {
+  for (int64_t d0 = 0; d0 < d; d0 += 32) {
+    const bool full = d - d0 >= 32;
+    int64_t r = r_begin;
+    for (; r + 3 <= r_end; r += 3) {
+      if (full)
+        pv_tile<3, 4>(pt + r, ldp, nk_pad, vf + d0, d, o + r * d + d0, alpha + r);
+      else
+        pv_tile<3, 2>(pt + r, ldp, nk_pad, vf + d0, d, o + r * d + d0, alpha + r);
+    }
+    for (; r < r_end; ++r) {
+      if (full)
+        pv_tile<1, 4>(pt + r, ldp, nk_pad, vf + d0, d, o + r * d + d0, alpha + r);
+      else
+        pv_tile<1, 2>(pt + r, ldp, nk_pad, vf + d0, d, o + r * d + d0, alpha + r);
+    }
+  }
+}
+
+// Online softmax over the keys of a block for columns (rows) [c0, ld) of st [keys, ld], 8 rows per
+// vector. st becomes p; m, lsum and alpha are per row.
+void softmax_update(float* st, int64_t ld, int64_t nk_pad, int64_t c0, float* m, float* lsum,
+                    float* alpha) {
+  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+  for (int64_t c = c0; c < ld; c += 8) {
+    __m256 mb = neg_inf;
+    for (int64_t j = 0; j < nk_pad; ++j) mb = _mm256_max_ps(mb, _mm256_loadu_ps(st + j * ld + c));
+    const __m256 m_old = _mm256_loadu_ps(m + c);
+    const __m256 m_new = _mm256_max_ps(m_old, mb);
+    // Rows with nothing visible yet keep a finite reference 0 (their p and alpha are 0).
+    const __m256 m_use = _mm256_andnot_ps(_mm256_cmp_ps(m_new, neg_inf, _CMP_EQ_OQ), m_new);
+    const __m256 al = detail::exp256_masked_inf(_mm256_sub_ps(m_old, m_use));
+    __m256 ps = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nk_pad; ++j) {
+      const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(st + j * ld + c), m_use);
+      const __m256 p = detail::exp256_masked_inf(x);
+      _mm256_storeu_ps(st + j * ld + c, p);
+      ps = _mm256_add_ps(ps, p);
+    }
+    _mm256_storeu_ps(lsum + c, _mm256_fmadd_ps(_mm256_loadu_ps(lsum + c), al, ps));
+    _mm256_storeu_ps(m + c, m_new);
+    _mm256_storeu_ps(alpha + c, al);
+  }
+}
+
+#endif
+
+#ifdef KILN_ATTENTION_SIMD
+template <typename KT>
+void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
+                      const std::vector<VisRange>& vis, Tensor& out) {
+  const int64_t threads = num_threads();
+  // Items: (batch row, kv heads, slots), the heads one at a time (AVX-512) or all together (AVX2,
+  // see its decode_chunk). Whole head groups first (an item then writes its rows itself, no
+  // merge); the slots are split too (flash-decoding, merged below) only where batch rows x head
+  // groups leave threads idle. The threads share the items by work stealing: each starts on its
+  // own contiguous run (adjacent heads: one contiguous stretch of each K/V row), and on this VM
+  // one core is often 15-25 % slower than the other, which a static split left idle at the end (a
+  // quarter of the attention's time in OpenMP's barrier at 512 slots).
+  const int64_t heads_per_item = kDecodeAllHeads ? a.hkv : 1, groups = a.hkv / heads_per_item;
+  const int64_t per_batch = std::max<int64_t>(1, (2 * threads + a.b - 1) / a.b);
+  // Chunk (b, head group hg, s) is chunks[first[b] + hg * slot_chunks[b] + s].
+  std::vector<DecodeChunk> chunks;
+  std::vector<int64_t> first(size_t(a.b)), slot_chunks(size_t(a.b));
+  bool merge = false;
+  for (int64_t b = 0; b < a.b; ++b) {
+    first[size_t(b)] = int64_t(chunks.size());
+    const int64_t lo = vis[size_t(b)].lo;
+    const int64_t hi = std::max(lo, std::min(vis[size_t(b)].hi, a.slot_offset + a.t));
+    // Slot chunks of >= 64 slots: shorter ones cost more in merging than they save.
+    const int64_t n = std::clamp<int64_t>((per_batch + groups - 1) / groups, 1,
+                                          std::max<int64_t>(1, (hi - lo + 63) / 64));
+    const int64_t len = std::max<int64_t>(16, ((hi - lo + n - 1) / n + 15) / 16 * 16);
+    slot_chunks[size_t(b)] = n;
+    merge = merge || n > 1;
+    for (int64_t g = 0; g < a.hkv; g += heads_per_item)
+      for (int64_t i = 0; i < n; ++i) {
+        // Empty trailing chunks (hi - lo not a multiple of len) keep the (b, hg, s) indexing.
+        const int64_t j0 = std::min(hi, lo + i * len), j1 = std::min(hi, lo + (i + 1) * len);
+        chunks.push_back({b, g, g + heads_per_item, j0, j1, n == 1});
+      }
+  }
+  const int64_t rows = a.t * a.hq, nchunks = int64_t(chunks.size());
+  // Partials live on the calling thread and are reused across calls: fresh pages cost ~10 us each.
+  thread_local std::vector<float> part_buf;
+  float* part = grow(part_buf, size_t(nchunks * rows * (a.d + 2)));
+  float* pm = part;
+  float* pl = part + nchunks * rows;
+  float* pacc = part + 2 * nchunks * rows;
+  parallel_for_stealing(nchunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      decode_chunk(a, q, k, v, mask, chunks[size_t(c)], pm + c * rows, pl + c * rows,
+                   pacc + c * rows * a.d, out);
+  });
+  if (!merge) return;
+  // Merge the slot chunks of each row of the batch rows whose slots were split.
+  parallel_for(a.b * rows, [&](int64_t i0, int64_t i1) {
+    std::vector<float> res(static_cast<size_t>(a.d));
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / rows, r = i % rows, n = slot_chunks[size_t(b)];
+      if (n == 1) continue;  // written by its chunk
+      const int64_t c_begin = first[size_t(b)] + (r % a.hq) / a.g / heads_per_item * n;
+      float m = kNegInf;
+      for (int64_t c = c_begin; c < c_begin + n; ++c) m = std::max(m, pm[c * rows + r]);
+      std::fill(res.begin(), res.end(), 0.f);
+      float lsum = 0.f;
+      if (m != kNegInf) {
+        for (int64_t c = c_begin; c < c_begin + n; ++c) {
+          if (pm[c * rows + r] == kNegInf) continue;
+          const float w = std::exp(pm[c * rows + r] - m);
+          lsum += w * pl[c * rows + r];
+          detail::axpy_f32(w, pacc + (c * rows + r) * a.d, res.data(), a.d);
+        }
+      }
+      const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+      for (float& x : res) x *= inv;
+      detail::store_row(res.data(), a.d, out.raw(), out.dtype(), (b * rows + r) * a.d);
+    }
+  });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Prefill path.
+
 struct PrefillScratch {
   std::vector<float> qt, kf, vf, st, o, m, l, alpha;
 };
@@ -719,12 +1109,7 @@ void prefill_item(const Dims& a, const float* q, const KT* k, const KT* v, const
     const int64_t rv0 = std::min(rows, t_min * a.g) / 16, nr = rpad / 16 - rv0;
     if (nr <= 0) continue;
     const int64_t c0 = rv0 * 16;
-    switch (nr) {
-      case 1: qk_block<1>(qt + c0, rpad, kf, nk_pad, d, st + c0, rpad); break;
-      case 2: qk_block<2>(qt + c0, rpad, kf, nk_pad, d, st + c0, rpad); break;
-      case 3: qk_block<3>(qt + c0, rpad, kf, nk_pad, d, st + c0, rpad); break;
-      default: qk_block<4>(qt + c0, rpad, kf, nk_pad, d, st + c0, rpad); break;
-    }
+    qk_rows(qt + c0, rpad, kf, nk_pad, d, st + c0, rpad, nr);
     // Mask: padded keys, kv_mask zeros, and causal (row r sees slot j iff j <= offset + t0 + r/G).
     for (int64_t j = 0; j < nk_pad; ++j) {
       float* sj = st + j * rpad;
@@ -735,40 +1120,8 @@ void prefill_item(const Dims& a, const float* q, const KT* k, const KT* v, const
         cut = std::clamp<int64_t>((j0 + j - a.slot_offset - t0) * a.g, c0, rpad);
       for (int64_t r = c0; r < cut; ++r) sj[r] = kNegInf;
     }
-    // Online softmax, 16 rows per vector: the reductions over keys are vertical.
-    for (int64_t rv = rv0; rv < rpad / 16; ++rv) {
-      const int64_t c = rv * 16;
-      __m512 mb = _mm512_set1_ps(kNegInf);
-      for (int64_t j = 0; j < nk_pad; ++j) mb = _mm512_max_ps(mb, _mm512_loadu_ps(st + j * rpad + c));
-      const __m512 m_old = _mm512_loadu_ps(m + c);
-      const __m512 m_new = _mm512_max_ps(m_old, mb);
-      // Rows with nothing visible yet keep a finite reference 0 (their p and alpha are 0).
-      const __mmask16 none = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(kNegInf), _CMP_EQ_OQ);
-      const __m512 m_use = _mm512_mask_mov_ps(m_new, none, _mm512_setzero_ps());
-      const __m512 al = detail::exp512_masked_inf(_mm512_sub_ps(m_old, m_use));
-      __m512 ps = _mm512_setzero_ps();
-      for (int64_t j = 0; j < nk_pad; ++j) {
-        const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(_mm512_loadu_ps(st + j * rpad + c), m_use));
-        _mm512_storeu_ps(st + j * rpad + c, p);
-        ps = _mm512_add_ps(ps, p);
-      }
-      _mm512_storeu_ps(lsum + c, _mm512_fmadd_ps(_mm512_loadu_ps(lsum + c), al, ps));
-      _mm512_storeu_ps(m + c, m_new);
-      _mm512_storeu_ps(alpha + c, al);
-    }
-    // O = O * alpha + P V over D in chunks of 128 columns.
-    const int64_t r_begin = c0, r_end = rows;
-    for (int64_t d0 = 0; d0 < d; d0 += 128) {
-      switch (std::min<int64_t>(8, (d - d0) / 16)) {
-#define KILN_PVR_CASE(n)                                                                      \
-  case n:                                                                                     \
-    pv_rows<n>(st, rpad, nk_pad, vf + d0, d, o + d0, alpha, r_begin, r_end); \
-    break;
-        KILN_PVR_CASE(1) KILN_PVR_CASE(2) KILN_PVR_CASE(3) KILN_PVR_CASE(4)
-        KILN_PVR_CASE(5) KILN_PVR_CASE(6) KILN_PVR_CASE(7) KILN_PVR_CASE(8)
-#undef KILN_PVR_CASE
-      }
-    }
+    softmax_update(st, rpad, nk_pad, c0, m, lsum, alpha);
+    pv_update(st, rpad, nk_pad, vf, d, o, alpha, c0, rows);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const float inv = lsum[r] > 0.f ? 1.f / lsum[r] : 0.f;
@@ -791,6 +1144,7 @@ void attention_prefill(const Dims& a, const float* q, const KT* k, const KT* v,
     prefill_item(a, q, k, v, mask, vis[size_t(b)], b, g, t0, std::min(tq, a.t - t0), out);
   });
 }
+#endif  // KILN_ATTENTION_SIMD
 
 // ------------------------------------------------------------------------------------------------
 // Prefill through bf16 GEMMs (AVX512_BF16 builds).
@@ -961,19 +1315,20 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
   }
 }
 #endif  // __AVX512BF16__
-#endif  // __AVX512F__
 
 template <typename KT>
 void attention_typed(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                      const std::vector<VisRange>& vis, Tensor& out) {
-#ifdef __AVX512F__
+#ifdef KILN_ATTENTION_SIMD
   if (a.d % 16 == 0 && a.t * a.g <= 8) return attention_decode(a, q, k, v, mask, vis, out);
+#endif
 #ifdef __AVX512BF16__
   if constexpr (std::is_same_v<KT, bf16_t>) {
     if (a.d % 16 == 0 && a.g <= kRowsMax && a.t >= kGemmMinT)
       return attention_prefill_gemm(a, q, k, v, mask, vis, out);
   }
 #endif
+#ifdef KILN_ATTENTION_SIMD
   if (a.d % 16 == 0 && a.g <= kRowsMax) return attention_prefill(a, q, k, v, mask, vis, out);
 #endif
   attention_scalar(a, q, k, v, mask, vis, out);

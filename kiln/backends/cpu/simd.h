@@ -1,7 +1,8 @@
 // Internal SIMD helpers for the CPU kernels (not part of the kernel contract).
 //
-// Vector code is guarded by __AVX512F__ (the build uses -march=native); every helper has a scalar
-// twin so the kernels build and give the same results (within f32 rounding) on any x86-64 or ARM.
+// Vector code is guarded by __AVX512F__, its 8-lane forms by __AVX2__ && __FMA__ (the build uses
+// -march=native); every helper has a scalar twin so the kernels build and give the same results
+// (within f32 rounding) on any x86-64 or ARM.
 // Activation rows are f32 or bf16; load_row/store_row convert so kernels can do all arithmetic in
 // f32, as the contract requires.
 //
@@ -18,7 +19,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/threads.h"
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 // GCC 12 reports its own _mm512_undefined_*() placeholders as "(maybe) uninitialized" once they are
 // inlined into OpenMP-outlined loops or some callers; the pragma covers the intrinsics header's
 // lines only.
@@ -90,6 +91,77 @@ inline __m512 exp512_masked_inf(__m512 x) {
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__)
+// The 8-lane forms of the helpers above, for CPUs with AVX2 + FMA and no AVX-512 (the kernels
+// that have both use the 16-lane ones).
+inline __m256 load_bf16x8(const bf16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+// 8 f32 -> 8 bf16, round to nearest even (same as f32_to_bf16, NaN kept as a NaN).
+inline void store_bf16x8(bf16_t* p, __m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  const __m256i quiet_nan = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000));
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  rounded = _mm256_blendv_epi8(rounded, quiet_nan, nan);
+  const __m256i half = _mm256_srli_epi32(rounded, 16);  // each lane <= 0xffff: packus is exact
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(half, half), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+// exp(x), the same polynomial as exp512. Without scalef, 2^n is built in the exponent field, so x
+// is clamped to [-87.3, 88.3] (n in [-126, 127]): below, the result is ~1e-38 instead of a
+// denormal or 0, which a sum of softmax terms (the largest is 1) cannot see.
+inline __m256 exp256(__m256 x) {
+  const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 ln2_hi = _mm256_set1_ps(0.693359375f);
+  const __m256 ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), _mm256_set1_ps(-87.3f));
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, ln2_hi, x);
+  r = _mm256_fnmadd_ps(n, ln2_lo, r);
+  __m256 p = _mm256_set1_ps(1.3888889e-3f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3333333e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1666667e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666667e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+  const __m256i pow2n = _mm256_slli_epi32(biased, 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
+}
+// exp of lanes that may be -inf (masked scores): exact 0 there.
+inline __m256 exp256_masked_inf(__m256 x) {
+  const __m256 finite = _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+  return _mm256_and_ps(finite, exp256(x));
+}
+inline float hmax256(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+inline float hsum256(__m256 v) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+}
+// Lane i of the result = sum of the lanes of v[i], for 8 vectors.
+inline __m256 hsum8x8(const __m256* v) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+// Lanes whose bit in the low 8 bits of `bits` is set are all ones.
+inline __m256 lanes_of_bits8(uint32_t bits) {
+  const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  return _mm256_castsi256_ps(
+      _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int(bits)), sel), sel));
+}
+#endif
+
 // Asks for [p, p + bytes) in L1 ahead of use. The wide-row kernels (q/k-norm + RoPE, SwiGLU) call
 // it on a row a few rows ahead: in a model their input comes cold after a GEMM's weight stream, and
 // the hardware prefetcher alone streamed it at 23-35 GB/s (bench/bench_ops.cpp, cold rows).
@@ -110,6 +182,8 @@ inline void load_row(const void* src, DType t, int64_t offset, int64_t n, float*
   int64_t i = 0;
 #ifdef __AVX512F__
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_bf16x16(s + i));
+#elif defined(__AVX2__) && defined(__FMA__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_bf16x8(s + i));
 #endif
   for (; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
 }

@@ -687,7 +687,9 @@ inline __m256 load8(const bf16_t* p) { return detail::load_bf16x8(p); }
 template <int RG, typename KT>
 void score_block8(const float* const* qrows, int64_t d, const KT* kb, int64_t slot_stride,
                   uint32_t bits, float* s) {
-  constexpr int NA = RG <= 4 ? 2 : 1;  // accumulators per row, within 16 registers
+  // Accumulators per row: enough independent FMA chains to cover the FMA latency (with two rows,
+  // two per row left the loop latency bound: perf annotate), within 16 registers.
+  constexpr int NA = RG <= 2 ? 4 : RG <= 4 ? 2 : 1;
   __m256 part[RG][8];
   for (int jj = 0; jj < 8; ++jj) {
     if (!(bits >> jj & 1u)) {
@@ -696,16 +698,32 @@ void score_block8(const float* const* qrows, int64_t d, const KT* kb, int64_t sl
     }
     const KT* kp = kb + jj * slot_stride;
     __m256 acc[RG][NA];
+#pragma GCC unroll 8
     for (int r = 0; r < RG; ++r)
+#pragma GCC unroll 4
       for (int u = 0; u < NA; ++u) acc[r][u] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < d; i += 8 * NA)  // d % 16 == 0
+    int64_t i = 0;
+    for (; i + 8 * NA <= d; i += 8 * NA)
+#pragma GCC unroll 4
       for (int u = 0; u < NA; ++u) {
         const __m256 kv = load8(kp + i + 8 * u);
+#pragma GCC unroll 8
         for (int r = 0; r < RG; ++r)
           acc[r][u] = _mm256_fmadd_ps(_mm256_loadu_ps(qrows[r] + i + 8 * u), kv, acc[r][u]);
       }
-    for (int r = 0; r < RG; ++r)
-      part[r][jj] = NA == 2 ? _mm256_add_ps(acc[r][0], acc[r][NA - 1]) : acc[r][0];
+    for (; i < d; i += 8) {  // d % 8 == 0
+      const __m256 kv = load8(kp + i);
+#pragma GCC unroll 8
+      for (int r = 0; r < RG; ++r)
+        acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(qrows[r] + i), kv, acc[r][0]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < RG; ++r) {
+      __m256 sum = acc[r][0];
+#pragma GCC unroll 4
+      for (int u = 1; u < NA; ++u) sum = _mm256_add_ps(sum, acc[r][u]);
+      part[r][jj] = sum;
+    }
   }
   for (int r = 0; r < RG; ++r) _mm256_storeu_ps(s + r * kSuperSlots, detail::hsum8x8(part[r]));
 }
@@ -840,7 +858,7 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
         alpha[i] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
         __m256 sum = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsub; ++sb) {
-          const __m256 p = detail::exp256_masked_inf(_mm256_sub_ps(sv[sb], _mm256_set1_ps(m_new)));
+          const __m256 p = detail::exp256(_mm256_sub_ps(sv[sb], _mm256_set1_ps(m_new)));
           _mm256_store_ps(sp + 8 * sb, p);
           sum = _mm256_add_ps(sum, p);
         }
@@ -969,11 +987,11 @@ void softmax_update(float* st, int64_t ld, int64_t nk_pad, int64_t c0, float* m,
     const __m256 m_new = _mm256_max_ps(m_old, mb);
     // Rows with nothing visible yet keep a finite reference 0 (their p and alpha are 0).
     const __m256 m_use = _mm256_andnot_ps(_mm256_cmp_ps(m_new, neg_inf, _CMP_EQ_OQ), m_new);
-    const __m256 al = detail::exp256_masked_inf(_mm256_sub_ps(m_old, m_use));
+    const __m256 al = detail::exp256(_mm256_sub_ps(m_old, m_use));
     __m256 ps = _mm256_setzero_ps();
     for (int64_t j = 0; j < nk_pad; ++j) {
       const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(st + j * ld + c), m_use);
-      const __m256 p = detail::exp256_masked_inf(x);
+      const __m256 p = detail::exp256(x);
       _mm256_storeu_ps(st + j * ld + c, p);
       ps = _mm256_add_ps(ps, p);
     }

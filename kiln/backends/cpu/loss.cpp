@@ -20,6 +20,10 @@ float row_max(const float* x, int64_t n) {
   __m512 vm = _mm512_set1_ps(-INFINITY);
   for (; i + 16 <= n; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
   m = _mm512_reduce_max_ps(vm);
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 vm = _mm256_set1_ps(-INFINITY);
+  for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
+  m = detail::hmax256(vm);
 #endif
   for (; i < n; ++i) m = std::max(m, x[i]);
   return m;
@@ -51,6 +55,22 @@ double row_sum_exp(const float* x, int64_t n, float m, float* out = nullptr) {
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, _mm512_add_ps(acc0, acc1));
   for (float f : lanes) s += f;
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    const __m256 e0 = detail::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    const __m256 e1 = detail::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
+    if (out) {
+      _mm256_storeu_ps(out + i, e0);
+      _mm256_storeu_ps(out + i + 8, e1);
+    }
+    acc0 = _mm256_add_ps(acc0, e0);
+    acc1 = _mm256_add_ps(acc1, e1);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_add_ps(acc0, acc1));
+  for (float f : lanes) s += f;
 #endif
   for (; i < n; ++i) {
     const float e = std::exp(x[i] - m);
@@ -72,6 +92,14 @@ float widen_row_max(const bf16_t* x, int64_t n, float* out) {
     vm = _mm512_max_ps(vm, v);
   }
   m = _mm512_reduce_max_ps(vm);
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 vm = _mm256_set1_ps(-INFINITY);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = detail::load_bf16x8(x + i);
+    _mm256_storeu_ps(out + i, v);
+    vm = _mm256_max_ps(vm, v);
+  }
+  m = detail::hmax256(vm);
 #endif
   for (; i < n; ++i) {
     out[i] = bf16_to_f32(x[i]);
@@ -92,6 +120,9 @@ void scale_to_bf16(const float* x, int64_t n, float f, bf16_t* out) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i),
                         detail::cvt_f32_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(x + i), vf)));
   _mm_sfence();
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 vf = _mm256_set1_ps(f);
+  for (; i + 8 <= n; i += 8) detail::store_bf16x8(out + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vf));
 #endif
   for (; i < n; ++i) out[i] = f32_to_bf16(x[i] * f);
 }
@@ -105,6 +136,11 @@ void write_softmax(const float* x, int64_t n, float m, float inv, float scale, f
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(out + i,
                      _mm512_mul_ps(detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm)), vf));
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 vm = _mm256_set1_ps(m), vf = _mm256_set1_ps(f);
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i,
+                     _mm256_mul_ps(detail::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)), vf));
 #endif
   for (; i < n; ++i) out[i] = std::exp(x[i] - m) * f;
 }

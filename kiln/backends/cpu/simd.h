@@ -111,9 +111,10 @@ inline void store_bf16x8(bf16_t* p, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
 }
 // exp(x), the same polynomial as exp512. Without scalef, 2^n is built in the exponent field, so x
-// is clamped to [-87.3, 88.3] (n in [-126, 127]): below, the result is ~1e-38 instead of a
-// denormal or 0, which a sum of softmax terms (the largest is 1) cannot see.
+// is clamped to [-87.3, 88.3] (n in [-126, 127]); below -87.3 (where exp is a denormal) the result
+// is 0, as it is for -inf (masked scores).
 inline __m256 exp256(__m256 x) {
+  const __m256 in_range = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ);
   const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
   const __m256 ln2_hi = _mm256_set1_ps(0.693359375f);
   const __m256 ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
@@ -131,12 +132,7 @@ inline __m256 exp256(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
   const __m256i pow2n = _mm256_slli_epi32(biased, 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
-}
-// exp of lanes that may be -inf (masked scores): exact 0 there.
-inline __m256 exp256_masked_inf(__m256 x) {
-  const __m256 finite = _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-  return _mm256_and_ps(finite, exp256(x));
+  return _mm256_and_ps(in_range, _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n)));
 }
 inline float hmax256(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

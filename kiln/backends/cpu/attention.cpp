@@ -162,10 +162,10 @@ void attention_scalar(const Dims& a, const float* q, const KT* k, const KT* v, c
   });
 }
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#ifdef KILN_SIMD_VEC
 // The vector paths: 16 lanes with AVX-512, 8 with AVX2 + FMA. The work split, the merge of slot
-// chunks and the prefill's blocking are shared; the kernels they call are per ISA.
-#define KILN_ATTENTION_SIMD 1
+// chunks, the prefill's blocking and the register tiles are shared; the kernels that differ by
+// more than the lane count are per ISA.
 
 float* grow(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -185,14 +185,103 @@ struct DecodeChunk {
 
 constexpr int64_t kRowsMax = 64;  // prefill: rows (query, q head) per work item
 constexpr int64_t kKeyBlock = 64;  // prefill: keys per online-softmax update
+
+using detail::VecF, detail::kLanes, detail::vload, detail::vset1, detail::vzero, detail::vstore,
+    detail::vmul, detail::vfmadd;
+
+// The register tiles both ISAs use, in the build's vector (simd.h: 16 or 8 lanes). The
+// `#pragma GCC unroll`s keep the accumulator arrays in registers: without them GCC 12 left AVX2's
+// pv_tile accumulators on the stack, a store and reload per FMA (perf annotate).
+
+// Decode: acc_r[0, kLanes * NV) = acc_r * alpha_r + sum_jj p_r[jj] * v_jj for one or two rows.
+template <int NV, bool kTwo, typename KT>
+inline void decode_pv(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bits, const float* p0,
+                      const float* p1, float alpha0, float alpha1, float* acc0, float* acc1) {
+  VecF a0[NV], a1[NV];
+  const VecF al0 = vset1(alpha0), al1 = vset1(alpha1);
+#pragma GCC unroll 16
+  for (int i = 0; i < NV; ++i) {
+    a0[i] = vmul(vload(acc0 + kLanes * i), al0);
+    if (kTwo) a1[i] = vmul(vload(acc1 + kLanes * i), al1);
+  }
+  for (int64_t jj = 0; jj < nb; ++jj) {
+    // Masked slots are skipped, not multiplied by 0: an unused cache slot may hold anything.
+    if (!(bits >> jj & 1u)) continue;
+    const KT* row = vp + jj * slot_stride;
+    const VecF b0 = vset1(p0[jj]);
+    const VecF b1 = kTwo ? vset1(p1[jj]) : b0;
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; ++i) {
+      const VecF vv = vload(row + kLanes * i);
+      a0[i] = vfmadd(b0, vv, a0[i]);
+      if (kTwo) a1[i] = vfmadd(b1, vv, a1[i]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < NV; ++i) {
+    vstore(acc0 + kLanes * i, a0[i]);
+    if (kTwo) vstore(acc1 + kLanes * i, a1[i]);
+  }
+}
+
+// Prefill: st[k][kLanes * i] = sum_x qt[x][kLanes * i] * kf[k][x] for NK keys and NR row vectors.
+template <int NR, int NK>
+inline void qk_tile(const float* qt, int64_t ldq, const float* kf, int64_t d, float* st,
+                    int64_t ldst) {
+  VecF acc[NK][NR];
+#pragma GCC unroll 16
+  for (int k = 0; k < NK; ++k)
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) acc[k][i] = vzero();
+  for (int64_t x = 0; x < d; ++x) {
+    VecF qv[NR];
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) qv[i] = vload(qt + x * ldq + kLanes * i);
+#pragma GCC unroll 16
+    for (int k = 0; k < NK; ++k) {
+      const VecF kb = vset1(kf[k * d + x]);
+#pragma GCC unroll 16
+      for (int i = 0; i < NR; ++i) acc[k][i] = vfmadd(qv[i], kb, acc[k][i]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < NK; ++k)
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) vstore(st + k * ldst + kLanes * i, acc[k][i]);
+}
+
+// Prefill: o[r][0, kLanes NV) = o[r] * alpha[r] + sum_j pt[j][r] * vf[j] for NRW rows.
+template <int NRW, int NV>
+inline void pv_tile(const float* pt, int64_t ldp, int64_t nk, const float* vf, int64_t d, float* o,
+                    const float* alpha) {
+  VecF acc[NRW][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < NRW; ++r) {
+    const VecF al = vset1(alpha[r]);
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; ++i) acc[r][i] = vmul(vload(o + r * d + kLanes * i), al);
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    VecF pb[NRW];
+#pragma GCC unroll 16
+    for (int r = 0; r < NRW; ++r) pb[r] = vset1(pt[j * ldp + r]);
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; ++i) {
+      const VecF vv = vload(vf + j * d + kLanes * i);
+#pragma GCC unroll 16
+      for (int r = 0; r < NRW; ++r) acc[r][i] = vfmadd(pb[r], vv, acc[r][i]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < NRW; ++r)
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; ++i) vstore(o + r * d + kLanes * i, acc[r][i]);
+}
 #endif
 
 #ifdef __AVX512F__
 
 constexpr bool kDecodeAllHeads = false;  // decode items: one kv head each
-
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const bf16_t* p) { return detail::load_bf16x16(p); }
 
 // ------------------------------------------------------------------------------------------------
 // Decode path.
@@ -310,34 +399,6 @@ inline __m512 hsum16(const __m512* v) {
   const __m512 b = _mm512_add_ps(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
   return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
                        _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-}
-
-// acc_r[0, 16 * NV) = acc_r * alpha_r + sum_jj p_r[jj] * v_jj for one or two rows.
-template <int NV, bool kTwo, typename KT>
-inline void decode_pv(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bits, const float* p0,
-                      const float* p1, float alpha0, float alpha1, float* acc0, float* acc1) {
-  __m512 a0[NV], a1[NV];
-  const __m512 al0 = _mm512_set1_ps(alpha0), al1 = _mm512_set1_ps(alpha1);
-  for (int i = 0; i < NV; ++i) {
-    a0[i] = _mm512_mul_ps(_mm512_loadu_ps(acc0 + 16 * i), al0);
-    if (kTwo) a1[i] = _mm512_mul_ps(_mm512_loadu_ps(acc1 + 16 * i), al1);
-  }
-  for (int64_t jj = 0; jj < nb; ++jj) {
-    // Masked slots are skipped, not multiplied by 0: an unused cache slot may hold anything.
-    if (!(bits >> jj & 1u)) continue;
-    const KT* row = vp + jj * slot_stride;
-    const __m512 b0 = _mm512_set1_ps(p0[jj]);
-    const __m512 b1 = kTwo ? _mm512_set1_ps(p1[jj]) : b0;
-    for (int i = 0; i < NV; ++i) {
-      const __m512 vv = load16(row + 16 * i);
-      a0[i] = _mm512_fmadd_ps(b0, vv, a0[i]);
-      if (kTwo) a1[i] = _mm512_fmadd_ps(b1, vv, a1[i]);
-    }
-  }
-  for (int i = 0; i < NV; ++i) {
-    _mm512_storeu_ps(acc0 + 16 * i, a0[i]);
-    if (kTwo) _mm512_storeu_ps(acc1 + 16 * i, a1[i]);
-  }
 }
 
 template <int NV, typename KT>
@@ -558,51 +619,11 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
 // ------------------------------------------------------------------------------------------------
 // Prefill kernels.
 
-// st[k][16 * i] = sum_d qt[d][16 * i] * kf[k][d] for NK keys and NR row vectors.
-template <int NR, int NK>
-inline void qk_tile(const float* qt, int64_t ldq, const float* kf, int64_t d, float* st,
-                    int64_t ldst) {
-  __m512 acc[NK][NR];
-  for (int k = 0; k < NK; ++k)
-    for (int i = 0; i < NR; ++i) acc[k][i] = _mm512_setzero_ps();
-  for (int64_t x = 0; x < d; ++x) {
-    __m512 qv[NR];
-    for (int i = 0; i < NR; ++i) qv[i] = _mm512_loadu_ps(qt + x * ldq + 16 * i);
-    for (int k = 0; k < NK; ++k) {
-      const __m512 kb = _mm512_set1_ps(kf[k * d + x]);
-      for (int i = 0; i < NR; ++i) acc[k][i] = _mm512_fmadd_ps(qv[i], kb, acc[k][i]);
-    }
-  }
-  for (int k = 0; k < NK; ++k)
-    for (int i = 0; i < NR; ++i) _mm512_storeu_ps(st + k * ldst + 16 * i, acc[k][i]);
-}
-
 template <int NR>
 void qk_block(const float* qt, int64_t ldq, const float* kf, int64_t nk_pad, int64_t d, float* st,
               int64_t ldst) {
   constexpr int NK = NR <= 2 ? 8 : 4;
   for (int64_t k = 0; k < nk_pad; k += NK) qk_tile<NR, NK>(qt, ldq, kf + k * d, d, st + k * ldst, ldst);
-}
-
-// o[r][0, 16 NV) = o[r] * alpha[r] + sum_j pt[j][r] * vf[j] for NRW rows.
-template <int NRW, int NV>
-inline void pv_tile(const float* pt, int64_t ldp, int64_t nk, const float* vf, int64_t d, float* o,
-                    const float* alpha) {
-  __m512 acc[NRW][NV];
-  for (int r = 0; r < NRW; ++r) {
-    const __m512 al = _mm512_set1_ps(alpha[r]);
-    for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_mul_ps(_mm512_loadu_ps(o + r * d + 16 * i), al);
-  }
-  for (int64_t j = 0; j < nk; ++j) {
-    __m512 pb[NRW];
-    for (int r = 0; r < NRW; ++r) pb[r] = _mm512_set1_ps(pt[j * ldp + r]);
-    for (int i = 0; i < NV; ++i) {
-      const __m512 vv = _mm512_loadu_ps(vf + j * d + 16 * i);
-      for (int r = 0; r < NRW; ++r) acc[r][i] = _mm512_fmadd_ps(pb[r], vv, acc[r][i]);
-    }
-  }
-  for (int r = 0; r < NRW; ++r)
-    for (int i = 0; i < NV; ++i) _mm512_storeu_ps(o + r * d + 16 * i, acc[r][i]);
 }
 
 template <int NV>
@@ -667,16 +688,13 @@ void pv_update(const float* pt, int64_t ldp, int64_t nk_pad, const float* vf, in
   }
 }
 
-#elif defined(KILN_ATTENTION_SIMD)
+#elif defined(KILN_SIMD_VEC)
 
 // The AVX2 + FMA forms (no AVX-512): 8-lane vectors and 16 registers, so blocks of 8 slots in
 // decode and smaller register tiles in prefill; the structure is the one above, the measurements
 // are in docs/notes/cpu-attention.md.
 
 constexpr bool kDecodeAllHeads = true;  // decode items: all kv heads of their slots
-
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const bf16_t* p) { return detail::load_bf16x8(p); }
 
 // ------------------------------------------------------------------------------------------------
 // Decode kernels.
@@ -706,13 +724,13 @@ void score_block8(const float* const* qrows, int64_t d, const KT* kb, int64_t sl
     for (; i + 8 * NA <= d; i += 8 * NA)
 #pragma GCC unroll 4
       for (int u = 0; u < NA; ++u) {
-        const __m256 kv = load8(kp + i + 8 * u);
+        const __m256 kv = vload(kp + i + 8 * u);
 #pragma GCC unroll 8
         for (int r = 0; r < RG; ++r)
           acc[r][u] = _mm256_fmadd_ps(_mm256_loadu_ps(qrows[r] + i + 8 * u), kv, acc[r][u]);
       }
     for (; i < d; i += 8) {  // d % 8 == 0
-      const __m256 kv = load8(kp + i);
+      const __m256 kv = vload(kp + i);
 #pragma GCC unroll 8
       for (int r = 0; r < RG; ++r)
         acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(qrows[r] + i), kv, acc[r][0]);
@@ -739,34 +757,6 @@ void score_block(int64_t rg, const float* const* qrows, int64_t d, const KT* kb,
     KILN_SC_CASE(1) KILN_SC_CASE(2) KILN_SC_CASE(3) KILN_SC_CASE(4)
     KILN_SC_CASE(5) KILN_SC_CASE(6) KILN_SC_CASE(7) KILN_SC_CASE(8)
 #undef KILN_SC_CASE
-  }
-}
-
-// acc_r[0, 8 * NV) = acc_r * alpha_r + sum_jj p_r[jj] * v_jj for one or two rows.
-template <int NV, bool kTwo, typename KT>
-inline void decode_pv(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bits, const float* p0,
-                      const float* p1, float alpha0, float alpha1, float* acc0, float* acc1) {
-  __m256 a0[NV], a1[NV];
-  const __m256 al0 = _mm256_set1_ps(alpha0), al1 = _mm256_set1_ps(alpha1);
-  for (int i = 0; i < NV; ++i) {
-    a0[i] = _mm256_mul_ps(_mm256_loadu_ps(acc0 + 8 * i), al0);
-    if (kTwo) a1[i] = _mm256_mul_ps(_mm256_loadu_ps(acc1 + 8 * i), al1);
-  }
-  for (int64_t jj = 0; jj < nb; ++jj) {
-    // Masked slots are skipped, not multiplied by 0: an unused cache slot may hold anything.
-    if (!(bits >> jj & 1u)) continue;
-    const KT* row = vp + jj * slot_stride;
-    const __m256 b0 = _mm256_set1_ps(p0[jj]);
-    const __m256 b1 = kTwo ? _mm256_set1_ps(p1[jj]) : b0;
-    for (int i = 0; i < NV; ++i) {
-      const __m256 vv = load8(row + 8 * i);
-      a0[i] = _mm256_fmadd_ps(b0, vv, a0[i]);
-      if (kTwo) a1[i] = _mm256_fmadd_ps(b1, vv, a1[i]);
-    }
-  }
-  for (int i = 0; i < NV; ++i) {
-    _mm256_storeu_ps(acc0 + 8 * i, a0[i]);
-    if (kTwo) _mm256_storeu_ps(acc1 + 8 * i, a1[i]);
   }
 }
 
@@ -889,68 +879,12 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
 // ------------------------------------------------------------------------------------------------
 // Prefill kernels.
 
-// st[k][8 * i] = sum_x qt[x][8 * i] * kf[k][x] for NK keys and NR row vectors.
-// The `#pragma GCC unroll`s keep the accumulator arrays in registers: without them GCC 12 left
-// pv_tile's on the stack, a store and reload per FMA (perf annotate).
-template <int NR, int NK>
-inline void qk_tile(const float* qt, int64_t ldq, const float* kf, int64_t d, float* st,
-                    int64_t ldst) {
-  __m256 acc[NK][NR];
-#pragma GCC unroll 16
-  for (int k = 0; k < NK; ++k)
-#pragma GCC unroll 16
-    for (int i = 0; i < NR; ++i) acc[k][i] = _mm256_setzero_ps();
-  for (int64_t x = 0; x < d; ++x) {
-    __m256 qv[NR];
-#pragma GCC unroll 16
-    for (int i = 0; i < NR; ++i) qv[i] = _mm256_loadu_ps(qt + x * ldq + 8 * i);
-#pragma GCC unroll 16
-    for (int k = 0; k < NK; ++k) {
-      const __m256 kb = _mm256_broadcast_ss(kf + k * d + x);
-#pragma GCC unroll 16
-      for (int i = 0; i < NR; ++i) acc[k][i] = _mm256_fmadd_ps(qv[i], kb, acc[k][i]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int k = 0; k < NK; ++k)
-#pragma GCC unroll 16
-    for (int i = 0; i < NR; ++i) _mm256_storeu_ps(st + k * ldst + 8 * i, acc[k][i]);
-}
-
 // st[k][c] = sum_x qt[x][c] * kf[k][x] for nk_pad (a multiple of 8) keys and 16 * n16 columns.
 void qk_rows(const float* qt, int64_t ldq, const float* kf, int64_t nk_pad, int64_t d, float* st,
              int64_t ldst, int64_t n16) {
   for (int64_t c = 0; c < 16 * n16; c += 16)
     for (int64_t k = 0; k < nk_pad; k += 4)
       qk_tile<2, 4>(qt + c, ldq, kf + k * d, d, st + k * ldst + c, ldst);
-}
-
-// o[r][0, 8 NV) = o[r] * alpha[r] + sum_j pt[j][r] * vf[j] for NRW rows.
-template <int NRW, int NV>
-inline void pv_tile(const float* pt, int64_t ldp, int64_t nk, const float* vf, int64_t d, float* o,
-                    const float* alpha) {
-  __m256 acc[NRW][NV];
-#pragma GCC unroll 16
-  for (int r = 0; r < NRW; ++r) {
-    const __m256 al = _mm256_set1_ps(alpha[r]);
-#pragma GCC unroll 16
-    for (int i = 0; i < NV; ++i) acc[r][i] = _mm256_mul_ps(_mm256_loadu_ps(o + r * d + 8 * i), al);
-  }
-  for (int64_t j = 0; j < nk; ++j) {
-    __m256 pb[NRW];
-#pragma GCC unroll 16
-    for (int r = 0; r < NRW; ++r) pb[r] = _mm256_broadcast_ss(pt + j * ldp + r);
-#pragma GCC unroll 16
-    for (int i = 0; i < NV; ++i) {
-      const __m256 vv = _mm256_loadu_ps(vf + j * d + 8 * i);
-#pragma GCC unroll 16
-      for (int r = 0; r < NRW; ++r) acc[r][i] = _mm256_fmadd_ps(pb[r], vv, acc[r][i]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < NRW; ++r)
-#pragma GCC unroll 16
-    for (int i = 0; i < NV; ++i) _mm256_storeu_ps(o + r * d + 8 * i, acc[r][i]);
 }
 
 // o[r] = o[r] * alpha[r] + sum_j pt[j][r] * vf[j] for rows [r_begin, r_end), over D in chunks of
@@ -1003,7 +937,7 @@ void softmax_update(float* st, int64_t ld, int64_t nk_pad, int64_t c0, float* m,
 
 #endif
 
-#ifdef KILN_ATTENTION_SIMD
+#ifdef KILN_SIMD_VEC
 template <typename KT>
 void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                       const std::vector<VisRange>& vis, Tensor& out) {
@@ -1162,7 +1096,7 @@ void attention_prefill(const Dims& a, const float* q, const KT* k, const KT* v,
     prefill_item(a, q, k, v, mask, vis[size_t(b)], b, g, t0, std::min(tq, a.t - t0), out);
   });
 }
-#endif  // KILN_ATTENTION_SIMD
+#endif  // KILN_SIMD_VEC
 
 // ------------------------------------------------------------------------------------------------
 // Prefill through bf16 GEMMs (AVX512_BF16 builds).
@@ -1337,7 +1271,7 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
 template <typename KT>
 void attention_typed(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                      const std::vector<VisRange>& vis, Tensor& out) {
-#ifdef KILN_ATTENTION_SIMD
+#ifdef KILN_SIMD_VEC
   if (a.d % 16 == 0 && a.t * a.g <= 8) return attention_decode(a, q, k, v, mask, vis, out);
 #endif
 #ifdef __AVX512BF16__
@@ -1346,7 +1280,7 @@ void attention_typed(const Dims& a, const float* q, const KT* k, const KT* v, co
       return attention_prefill_gemm(a, q, k, v, mask, vis, out);
   }
 #endif
-#ifdef KILN_ATTENTION_SIMD
+#ifdef KILN_SIMD_VEC
   if (a.d % 16 == 0 && a.g <= kRowsMax) return attention_prefill(a, q, k, v, mask, vis, out);
 #endif
   attention_scalar(a, q, k, v, mask, vis, out);

@@ -20,35 +20,11 @@ int64_t min_rows(int64_t row_elems) {
 
 inline float silu_scalar(float g) { return g / (1.f + std::exp(-g)); }
 
-// The build's vector: 16 lanes with AVX-512, 8 with AVX2 + FMA; the ops below are written once
-// against it.
-#ifdef __AVX512F__
-#define KILN_ELEMENTWISE_SIMD 1
-using VecF = __m512;
-constexpr int64_t kLanes = 16;
-inline VecF vload(const float* p) { return _mm512_loadu_ps(p); }
-inline VecF vzero() { return _mm512_setzero_ps(); }
-inline void vstore(float* p, VecF v) { _mm512_storeu_ps(p, v); }
-inline void vstore(bf16_t* p, VecF v) { detail::store_bf16x16(p, v); }
-inline VecF vadd(VecF a, VecF b) { return _mm512_add_ps(a, b); }
-inline VecF vmul(VecF a, VecF b) { return _mm512_mul_ps(a, b); }
+#ifdef KILN_SIMD_VEC
+using detail::VecF, detail::kLanes, detail::vload, detail::vstore, detail::vzero, detail::vadd,
+    detail::vmul;
 inline VecF vsilu(VecF g) {
-  const VecF e = detail::exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
-  return _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e));
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-#define KILN_ELEMENTWISE_SIMD 1
-using VecF = __m256;
-constexpr int64_t kLanes = 8;
-inline VecF vload(const float* p) { return _mm256_loadu_ps(p); }
-inline VecF vzero() { return _mm256_setzero_ps(); }
-inline void vstore(float* p, VecF v) { _mm256_storeu_ps(p, v); }
-inline void vstore(bf16_t* p, VecF v) { detail::store_bf16x8(p, v); }
-inline VecF vadd(VecF a, VecF b) { return _mm256_add_ps(a, b); }
-inline VecF vmul(VecF a, VecF b) { return _mm256_mul_ps(a, b); }
-inline VecF vsilu(VecF g) {
-  const VecF e = detail::exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
-  return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e));
+  return detail::vdiv(g, vadd(detail::vset1(1.f), detail::vexp(detail::vsub(vzero(), g))));
 }
 #endif
 
@@ -57,7 +33,7 @@ template <typename VecOp, typename ScalarOp>
 void binary_row(const float* a, const float* b, int64_t n, void* y, DType yt, int64_t y_off,
                 VecOp vop, ScalarOp sop) {
   int64_t i = 0;
-#ifdef KILN_ELEMENTWISE_SIMD
+#ifdef KILN_SIMD_VEC
   auto vec_part = [&](auto* d) {
     for (; i + kLanes <= n; i += kLanes) vstore(d + i, vop(vload(a + i), b ? vload(b + i) : vzero()));
   };
@@ -77,7 +53,7 @@ void binary_row(const float* a, const float* b, int64_t n, void* y, DType yt, in
   }
 }
 
-#ifdef KILN_ELEMENTWISE_SIMD
+#ifdef KILN_SIMD_VEC
 #define KILN_VEC_OP(expr) [](VecF va, VecF vb) { (void)vb; return expr; }
 #else
 #define KILN_VEC_OP(expr) 0

@@ -158,6 +158,42 @@ inline __m256 lanes_of_bits8(uint32_t bits) {
 }
 #endif
 
+// The build's float vector, for kernels written once for both ISAs: 16 lanes with AVX-512, 8 with
+// AVX2 + FMA. vload of bf16 widens exactly; vstore to bf16 rounds to nearest even.
+#if defined(__AVX512F__)
+#define KILN_SIMD_VEC 1
+using VecF = __m512;
+constexpr int64_t kLanes = 16;
+inline VecF vload(const float* p) { return _mm512_loadu_ps(p); }
+inline VecF vload(const bf16_t* p) { return load_bf16x16(p); }
+inline VecF vset1(float x) { return _mm512_set1_ps(x); }
+inline VecF vzero() { return _mm512_setzero_ps(); }
+inline void vstore(float* p, VecF v) { _mm512_storeu_ps(p, v); }
+inline void vstore(bf16_t* p, VecF v) { store_bf16x16(p, v); }
+inline VecF vadd(VecF a, VecF b) { return _mm512_add_ps(a, b); }
+inline VecF vsub(VecF a, VecF b) { return _mm512_sub_ps(a, b); }
+inline VecF vmul(VecF a, VecF b) { return _mm512_mul_ps(a, b); }
+inline VecF vdiv(VecF a, VecF b) { return _mm512_div_ps(a, b); }
+inline VecF vfmadd(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
+inline VecF vexp(VecF x) { return exp512(x); }
+#elif defined(__AVX2__) && defined(__FMA__)
+#define KILN_SIMD_VEC 1
+using VecF = __m256;
+constexpr int64_t kLanes = 8;
+inline VecF vload(const float* p) { return _mm256_loadu_ps(p); }
+inline VecF vload(const bf16_t* p) { return load_bf16x8(p); }
+inline VecF vset1(float x) { return _mm256_set1_ps(x); }
+inline VecF vzero() { return _mm256_setzero_ps(); }
+inline void vstore(float* p, VecF v) { _mm256_storeu_ps(p, v); }
+inline void vstore(bf16_t* p, VecF v) { store_bf16x8(p, v); }
+inline VecF vadd(VecF a, VecF b) { return _mm256_add_ps(a, b); }
+inline VecF vsub(VecF a, VecF b) { return _mm256_sub_ps(a, b); }
+inline VecF vmul(VecF a, VecF b) { return _mm256_mul_ps(a, b); }
+inline VecF vdiv(VecF a, VecF b) { return _mm256_div_ps(a, b); }
+inline VecF vfmadd(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
+inline VecF vexp(VecF x) { return exp256(x); }
+#endif
+
 // Asks for [p, p + bytes) in L1 ahead of use. The wide-row kernels (q/k-norm + RoPE, SwiGLU) call
 // it on a row a few rows ahead: in a model their input comes cold after a GEMM's weight stream, and
 // the hardware prefetcher alone streamed it at 23-35 GB/s (bench/bench_ops.cpp, cold rows).

@@ -20,8 +20,6 @@
 //    (docs/notes/cpu-attention.md); keys past a block's last query are skipped, so the causal waste
 //    is the diagonal block only.
 //  - scalar: any D and any ISA; one query row at a time.
-// The AVX-512 and AVX2 forms share the work split, the merge and the prefill's blocking; only their
-// kernels differ (16 or 8 lanes, 32 or 16 registers).
 // Only slots [first visible, min(last visible + 1, slot_offset + T)) are read, so a decode step
 // against a partly filled cache streams only the filled part.
 #include <algorithm>
@@ -786,10 +784,10 @@ void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bi
 
 // One chunk: for each of its kv heads, the rg = T * G query rows of the head (row i is
 // r = t * Hq + g * G + q head of the group). Writes unnormalised partials pm[r], pl[r],
-// pacc[r * D], or, for a whole chunk, the normalised rows of `out`. The heads are walked inside each superblock
-// of slots, so the chunk reads its span of the cache front to back (a slot's K or V rows of all
-// heads are contiguous): one head per item, as with AVX-512, strides through memory 2 KB at a time
-// and was 12-15 % slower in bench_attention's model-like row on the Zen 3
+// pacc[r * D], or, for a whole chunk, the normalised rows of `out`. The heads are walked inside
+// each superblock of slots, so the chunk reads its span of the cache front to back (a slot's K or
+// V rows of all heads are contiguous): one head per item, as with AVX-512, strides through memory
+// 2 KB at a time and was 12-15 % slower in bench_attention's model-like row on the Zen 3
 // (docs/notes/cpu-attention.md). Software prefetch, of the next block's rows or of the next
 // superblock's span, changed nothing measurable there.
 template <typename KT>

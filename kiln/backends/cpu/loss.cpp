@@ -13,17 +13,18 @@ namespace {
 
 constexpr int32_t kIgnoreIndex = -100;
 
+#ifdef KILN_SIMD_VEC
+using detail::VecF, detail::kLanes, detail::vadd, detail::vexp, detail::vload, detail::vmax,
+    detail::vmul, detail::vreduce_max, detail::vset1, detail::vstore, detail::vsub, detail::vzero;
+#endif
+
 float row_max(const float* x, int64_t n) {
   float m = -INFINITY;
   int64_t i = 0;
-#ifdef __AVX512F__
-  __m512 vm = _mm512_set1_ps(-INFINITY);
-  for (; i + 16 <= n; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
-  m = _mm512_reduce_max_ps(vm);
-#elif defined(__AVX2__) && defined(__FMA__)
-  __m256 vm = _mm256_set1_ps(-INFINITY);
-  for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
-  m = detail::hmax256(vm);
+#ifdef KILN_SIMD_VEC
+  VecF vm = vset1(-INFINITY);
+  for (; i + kLanes <= n; i += kLanes) vm = vmax(vm, vload(x + i));
+  m = vreduce_max(vm);
 #endif
   for (; i < n; ++i) m = std::max(m, x[i]);
   return m;
@@ -34,42 +35,26 @@ float row_max(const float* x, int64_t n) {
 double row_sum_exp(const float* x, int64_t n, float m, float* out = nullptr) {
   double s = 0.0;
   int64_t i = 0;
-#ifdef __AVX512F__
-  const __m512 vm = _mm512_set1_ps(m);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  for (; i + 32 <= n; i += 32) {
-    const __m512 e0 = detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
-    const __m512 e1 = detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm));
+#ifdef KILN_SIMD_VEC
+  const VecF vm = vset1(m);
+  VecF acc0 = vzero(), acc1 = vzero();
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const VecF e0 = vexp(vsub(vload(x + i), vm));
+    const VecF e1 = vexp(vsub(vload(x + i + kLanes), vm));
     if (out) {
-      _mm512_storeu_ps(out + i, e0);
-      _mm512_storeu_ps(out + i + 16, e1);
+      vstore(out + i, e0);
+      vstore(out + i + kLanes, e1);
     }
-    acc0 = _mm512_add_ps(acc0, e0);
-    acc1 = _mm512_add_ps(acc1, e1);
+    acc0 = vadd(acc0, e0);
+    acc1 = vadd(acc1, e1);
   }
-  for (; i + 16 <= n; i += 16) {
-    const __m512 e0 = detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
-    if (out) _mm512_storeu_ps(out + i, e0);
-    acc0 = _mm512_add_ps(acc0, e0);
+  for (; i + kLanes <= n; i += kLanes) {
+    const VecF e0 = vexp(vsub(vload(x + i), vm));
+    if (out) vstore(out + i, e0);
+    acc0 = vadd(acc0, e0);
   }
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, _mm512_add_ps(acc0, acc1));
-  for (float f : lanes) s += f;
-#elif defined(__AVX2__) && defined(__FMA__)
-  const __m256 vm = _mm256_set1_ps(m);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    const __m256 e0 = detail::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
-    const __m256 e1 = detail::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
-    if (out) {
-      _mm256_storeu_ps(out + i, e0);
-      _mm256_storeu_ps(out + i + 8, e1);
-    }
-    acc0 = _mm256_add_ps(acc0, e0);
-    acc1 = _mm256_add_ps(acc1, e1);
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, _mm256_add_ps(acc0, acc1));
+  float lanes[kLanes];
+  vstore(lanes, vadd(acc0, acc1));
   for (float f : lanes) s += f;
 #endif
   for (; i < n; ++i) {
@@ -84,22 +69,14 @@ double row_sum_exp(const float* x, int64_t n, float m, float* out = nullptr) {
 float widen_row_max(const bf16_t* x, int64_t n, float* out) {
   float m = -INFINITY;
   int64_t i = 0;
-#ifdef __AVX512F__
-  __m512 vm = _mm512_set1_ps(-INFINITY);
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = detail::load_bf16x16(x + i);
-    _mm512_storeu_ps(out + i, v);
-    vm = _mm512_max_ps(vm, v);
+#ifdef KILN_SIMD_VEC
+  VecF vm = vset1(-INFINITY);
+  for (; i + kLanes <= n; i += kLanes) {
+    const VecF v = vload(x + i);
+    vstore(out + i, v);
+    vm = vmax(vm, v);
   }
-  m = _mm512_reduce_max_ps(vm);
-#elif defined(__AVX2__) && defined(__FMA__)
-  __m256 vm = _mm256_set1_ps(-INFINITY);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = detail::load_bf16x8(x + i);
-    _mm256_storeu_ps(out + i, v);
-    vm = _mm256_max_ps(vm, v);
-  }
-  m = detail::hmax256(vm);
+  m = vreduce_max(vm);
 #endif
   for (; i < n; ++i) {
     out[i] = bf16_to_f32(x[i]);
@@ -120,9 +97,9 @@ void scale_to_bf16(const float* x, int64_t n, float f, bf16_t* out) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i),
                         detail::cvt_f32_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(x + i), vf)));
   _mm_sfence();
-#elif defined(__AVX2__) && defined(__FMA__)
-  const __m256 vf = _mm256_set1_ps(f);
-  for (; i + 8 <= n; i += 8) detail::store_bf16x8(out + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vf));
+#elif defined(KILN_SIMD_VEC)
+  const VecF vf = vset1(f);
+  for (; i + kLanes <= n; i += kLanes) vstore(out + i, vmul(vload(x + i), vf));
 #endif
   for (; i < n; ++i) out[i] = f32_to_bf16(x[i] * f);
 }
@@ -131,16 +108,9 @@ void scale_to_bf16(const float* x, int64_t n, float f, bf16_t* out) {
 void write_softmax(const float* x, int64_t n, float m, float inv, float scale, float* out) {
   int64_t i = 0;
   const float f = inv * scale;
-#ifdef __AVX512F__
-  const __m512 vm = _mm512_set1_ps(m), vf = _mm512_set1_ps(f);
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(out + i,
-                     _mm512_mul_ps(detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm)), vf));
-#elif defined(__AVX2__) && defined(__FMA__)
-  const __m256 vm = _mm256_set1_ps(m), vf = _mm256_set1_ps(f);
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i,
-                     _mm256_mul_ps(detail::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)), vf));
+#ifdef KILN_SIMD_VEC
+  const VecF vm = vset1(m), vf = vset1(f);
+  for (; i + kLanes <= n; i += kLanes) vstore(out + i, vmul(vexp(vsub(vload(x + i), vm)), vf));
 #endif
   for (; i < n; ++i) out[i] = std::exp(x[i] - m) * f;
 }

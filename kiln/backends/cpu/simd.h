@@ -175,6 +175,8 @@ inline VecF vsub(VecF a, VecF b) { return _mm512_sub_ps(a, b); }
 inline VecF vmul(VecF a, VecF b) { return _mm512_mul_ps(a, b); }
 inline VecF vdiv(VecF a, VecF b) { return _mm512_div_ps(a, b); }
 inline VecF vfmadd(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
+inline VecF vmax(VecF a, VecF b) { return _mm512_max_ps(a, b); }
+inline float vreduce_max(VecF v) { return _mm512_reduce_max_ps(v); }
 inline VecF vexp(VecF x) { return exp512(x); }
 #elif defined(__AVX2__) && defined(__FMA__)
 #define KILN_SIMD_VEC 1
@@ -191,6 +193,8 @@ inline VecF vsub(VecF a, VecF b) { return _mm256_sub_ps(a, b); }
 inline VecF vmul(VecF a, VecF b) { return _mm256_mul_ps(a, b); }
 inline VecF vdiv(VecF a, VecF b) { return _mm256_div_ps(a, b); }
 inline VecF vfmadd(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
+inline VecF vmax(VecF a, VecF b) { return _mm256_max_ps(a, b); }
+inline float vreduce_max(VecF v) { return hmax256(v); }
 inline VecF vexp(VecF x) { return exp256(x); }
 #endif
 

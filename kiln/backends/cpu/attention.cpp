@@ -170,10 +170,6 @@ float* grow(std::vector<float>& v, size_t n) {
   return v.data();
 }
 
-// Slots per decode online-softmax update: scores for blocks of 16 (8 with AVX2), then one
-// max/exp/rescale and one pass of p V, so the update's serial reductions and acc's rescaling are
-// paid once per 64 slots.
-constexpr int64_t kSuperSlots = 64;
 
 // A decode work item: kv heads [g, g_end) of batch row b over slots [j_begin, j_end).
 struct DecodeChunk {
@@ -186,6 +182,13 @@ constexpr int64_t kKeyBlock = 64;  // prefill: keys per online-softmax update
 
 using detail::VecF, detail::kLanes, detail::vload, detail::vset1, detail::vzero, detail::vstore,
     detail::vmul, detail::vfmadd;
+
+// Slots per decode online-softmax update: scores for 4 blocks of kLanes slots, then one
+// max/exp/rescale and one pass of p V, so the update's serial reductions and acc's rescaling are
+// paid once per 64 slots (AVX-512) or 32 (AVX2, where a superblock's K and V spans are also read
+// ahead into L2: 32 kept more of that read in cache than 64, 68-75 % of a plain read against 59-66 %
+// in bench_attention's model-like row).
+constexpr int64_t kSuperSlots = 4 * kLanes;
 
 // The register tiles both ISAs use, in the build's vector (simd.h: 16 or 8 lanes). The
 // `#pragma GCC unroll`s keep the accumulator arrays in registers: without them GCC 12 left AVX2's
@@ -785,11 +788,12 @@ void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bi
 // One chunk: for each of its kv heads, the rg = T * G query rows of the head (row i is
 // r = t * Hq + g * G + q head of the group). Writes unnormalised partials pm[r], pl[r],
 // pacc[r * D], or, for a whole chunk, the normalised rows of `out`. The heads are walked inside
-// each superblock of slots, so the chunk reads its span of the cache front to back (a slot's K or
-// V rows of all heads are contiguous): one head per item, as with AVX-512, strides through memory
-// 2 KB at a time and was 12-15 % slower in bench_attention's model-like row on the Zen 3
-// (docs/notes/cpu-attention.md). Software prefetch, of the next block's rows or of the next
-// superblock's span, changed nothing measurable there.
+// each superblock of slots, whose K and V spans (a slot's rows of all heads are contiguous) are
+// first read front to back into L2 (touch_bytes): one head per item, as with AVX-512, was 12-15 %
+// slower in bench_attention's model-like row on the Zen 3, and without the read ahead the walk ran
+// at 31-41 % of a plain read of its bytes (docs/notes/cpu-attention.md). Software prefetch, of the
+// next block's rows or of the next or current superblock's span, changed nothing measurable;
+// reading the next superblock while computing this one was slower than reading this one first.
 template <typename KT>
 void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                   const DecodeChunk& c, float* pm, float* pl, float* pacc, Tensor& out) {
@@ -811,6 +815,12 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
     uint64_t base = 0;  // visible (unmasked) slots of the superblock
     for (int64_t jj = 0; jj < ns; ++jj)
       if (mask[c.b * a.l + j0 + jj]) base |= uint64_t(1) << jj;
+    // The superblock's K and V rows of all heads, contiguous: read front to back first, since the
+    // head-by-head walk below (256 B of every 2 KB slot row) leaves the hardware prefetcher idle.
+    const int64_t span = (c.b * a.l + j0) * slot_stride;
+    const int64_t span_bytes = ns * slot_stride * int64_t(sizeof(KT));
+    detail::touch_bytes(k + span, span_bytes);
+    detail::touch_bytes(v + span, span_bytes);
     for (int64_t g = c.g; g < c.g_end; ++g) {
       int64_t r_of[8];
       const float* qrows[8];

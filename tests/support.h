@@ -10,20 +10,27 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace kiln::test_support {
 
 // The rows of ../shared/testdata/models/tiny.golden.jsonl whose "kind" is `kind` ("prompt",
-// "train"), in file order; empty if the file is missing.
+// "train"), in file order. Throws, naming the file, if it is missing or has no such row: a test
+// that loops over the rows must not pass by having none.
 inline std::vector<nlohmann::json> tiny_golden_rows(const std::string& kind) {
-  std::ifstream in(std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl");
+  const std::string path = std::string(KILN_SHARED_DIR) + "/testdata/models/tiny.golden.jsonl";
+  std::ifstream in(path);
+  if (!in)
+    throw std::runtime_error("cannot open " + path +
+                             " (the shared/ folder beside the repo; set KILN_SHARED_DIR)");
   std::vector<nlohmann::json> rows;
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line);
     if (j.value("kind", "") == kind) rows.push_back(std::move(j));
   }
+  if (rows.empty()) throw std::runtime_error(path + ": no row of kind \"" + kind + "\"");
   return rows;
 }
 

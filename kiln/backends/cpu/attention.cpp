@@ -1023,7 +1023,7 @@ void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, c
 // Prefill path.
 
 struct PrefillScratch {
-  std::vector<float> qt, kf, vf, st, o, m, l, alpha;
+  std::vector<float> qt, kf, vf, st, o, m, l, alpha, zero;
 };
 
 template <typename KT>
@@ -1039,17 +1039,23 @@ void prefill_item(const Dims& a, const float* q, const KT* k, const KT* v, const
   float* m = grow(sc.m, size_t(rpad));
   float* lsum = grow(sc.l, size_t(rpad));
   float* alpha = grow(sc.alpha, size_t(rpad));
-  // Q^T [D, rpad], pre-scaled; row r = (t0 + r / G, head g * G + r % G).
-  for (int64_t r = 0; r < rpad; ++r) {
-    if (r < rows) {
-      const float* qr = q + (((b * a.t + t0 + r / a.g) * a.hq) + g * a.g + r % a.g) * d;
-      for (int64_t x = 0; x < d; ++x) qt[x * rpad + r] = qr[x] * a.scale;
-    } else {
-      for (int64_t x = 0; x < d; ++x) qt[x * rpad + r] = 0.f;
+  // Q^T [D, rpad], pre-scaled; row r = (t0 + r / G, head g * G + r % G). Built in 8 x 8 blocks
+  // transposed in registers: a store per element was ~12 % of the AVX2 prefill attention (perf).
+  float* zero = grow(sc.zero, size_t(d));
+  std::fill(zero, zero + d, 0.f);
+  for (int64_t r0 = 0; r0 < rpad; r0 += 8) {
+    const float* src[8];
+    for (int64_t i = 0; i < 8; ++i) {
+      const int64_t r = r0 + i;
+      src[i] = r < rows ? q + (((b * a.t + t0 + r / a.g) * a.hq) + g * a.g + r % a.g) * d : zero;
     }
-    m[r] = kNegInf;
-    lsum[r] = 0.f;
+    for (int64_t x = 0; x < d; x += 8) {  // d % 16 == 0 on this path
+      detail::transpose8x8(src, a.scale, qt + x * rpad + r0, rpad);
+      for (const float*& p : src) p += 8;
+    }
   }
+  std::fill(m, m + rpad, kNegInf);
+  std::fill(lsum, lsum + rpad, 0.f);
   std::fill(o, o + rpad * d, 0.f);
   const int64_t hi = std::min(vis.hi, a.slot_offset + t0 + tn);
   for (int64_t j0 = vis.lo; j0 < hi; j0 += kKeyBlock) {

@@ -151,6 +151,26 @@ inline __m256 hsum8x8(const __m256* v) {
   const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
+// out[i * ldo + j] = in[j][i] * scale for i, j < 8: an 8 x 8 block transposed in registers.
+inline void transpose8x8(const float* const* in, float scale, float* out, int64_t ldo) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  __m256 r[8], t[8];
+  for (int j = 0; j < 8; ++j) r[j] = _mm256_mul_ps(_mm256_loadu_ps(in[j]), sc);
+  for (int j = 0; j < 8; j += 2) {  // t[j], t[j+1]: rows j, j+1 interleaved
+    t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+    t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {  // r: groups of four rows, one column per 128-bit half
+    r[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);
+    r[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xee);
+    r[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+    r[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(out + i * ldo, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(out + (i + 4) * ldo, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
 // Lanes whose bit in the low 8 bits of `bits` is set are all ones.
 inline __m256 lanes_of_bits8(uint32_t bits) {
   const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);

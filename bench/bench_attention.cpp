@@ -116,6 +116,7 @@ void BM_AttentionDecodeLayers(benchmark::State& state) {
 }
 BENCHMARK(BM_AttentionDecodeLayers)
     ->ArgNames({"B", "L"})
+    ->Args({1, 192})
     ->Args({1, 512})
     ->Args({1, 2048})
     ->Unit(benchmark::kMicrosecond)

@@ -170,7 +170,6 @@ float* grow(std::vector<float>& v, size_t n) {
   return v.data();
 }
 
-
 // A decode work item: kv heads [g, g_end) of batch row b over slots [j_begin, j_end).
 struct DecodeChunk {
   int64_t b, g, g_end, j_begin, j_end;
@@ -186,8 +185,8 @@ using detail::VecF, detail::kLanes, detail::vload, detail::vset1, detail::vzero,
 // Slots per decode online-softmax update: scores for 4 blocks of kLanes slots, then one
 // max/exp/rescale and one pass of p V, so the update's serial reductions and acc's rescaling are
 // paid once per 64 slots (AVX-512) or 32 (AVX2, where a superblock's K and V spans are also read
-// ahead into L2: 32 kept more of that read in cache than 64, 68-75 % of a plain read against 59-66 %
-// in bench_attention's model-like row).
+// ahead into L2: 32 kept more of that read in cache than 64, 68-75 % of a plain read against
+// 59-66 % in bench_attention's model-like row).
 constexpr int64_t kSuperSlots = 4 * kLanes;
 
 // The register tiles both ISAs use, in the build's vector (simd.h: 16 or 8 lanes). The
@@ -967,9 +966,13 @@ void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, c
     first[size_t(b)] = int64_t(chunks.size());
     const int64_t lo = vis[size_t(b)].lo;
     const int64_t hi = std::max(lo, std::min(vis[size_t(b)].hi, a.slot_offset + a.t));
-    // Slot chunks of >= 64 slots: shorter ones cost more in merging than they save.
-    const int64_t n = std::clamp<int64_t>((per_batch + groups - 1) / groups, 1,
-                                          std::max<int64_t>(1, (hi - lo + 63) / 64));
+    // Slot chunks of >= 64 slots: shorter ones cost more in merging than they save. One row's
+    // items, where they outnumber the threads, come in whole rounds of them: 3 chunks on 2
+    // threads (161-192 visible slots) kept one thread idle for a third of the call.
+    int64_t n = std::clamp<int64_t>((per_batch + groups - 1) / groups, 1,
+                                    std::max<int64_t>(1, (hi - lo + 63) / 64));
+    if (a.b == 1 && groups * n > threads)
+      n = std::max<int64_t>(1, groups * n / threads * threads / groups);
     const int64_t len = std::max<int64_t>(16, ((hi - lo + n - 1) / n + 15) / 16 * 16);
     slot_chunks[size_t(b)] = n;
     merge = merge || n > 1;

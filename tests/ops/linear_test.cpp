@@ -146,7 +146,8 @@ TEST(Linear, PortableBf16KernelMatchesReference) {
     int64_t M, N, K;
   };
   for (const Shape3 sh : {Shape3{1, 130, 70}, Shape3{2, 64, 32}, Shape3{3, 200, 1030},
-                          Shape3{4, 129, 96}, Shape3{5, 70, 64}, Shape3{9, 300, 200}}) {
+                          Shape3{4, 129, 96}, Shape3{5, 70, 64}, Shape3{9, 300, 200},
+                          Shape3{100, 130, 600}}) {
     const auto [M, N, K] = sh;
     const int64_t kp = detail::round_up(K, detail::kBlockK);
     const int64_t nblocks = (N + detail::kBlockN - 1) / detail::kBlockN;

@@ -28,16 +28,12 @@ inline void rms_norm_row(const float* x, const float* w, int64_t n, float eps,
                          bool round_normed_bf16, float* out) {
   const float r = rms_inv(x, n, eps);
   int64_t i = 0;
-#ifdef __AVX512F__
-  const __m512 vr = _mm512_set1_ps(r);
-  for (; i + 16 <= n; i += 16) {
-    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vr);
-    if (round_normed_bf16) {
-      // Round-trip through bf16 (round to nearest even).
-      __m256i h = cvt_f32_bf16x16(v);
-      v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(v, _mm512_loadu_ps(w + i)));
+#ifdef KILN_SIMD_VEC
+  const VecF vr = vset1(r);
+  for (; i + kLanes <= n; i += kLanes) {
+    VecF v = vmul(vload(x + i), vr);
+    if (round_normed_bf16) v = vround_bf16(v);
+    vstore(out + i, vmul(v, vload(w + i)));
   }
 #endif
   for (; i < n; ++i) {

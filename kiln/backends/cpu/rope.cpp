@@ -18,18 +18,16 @@ void rope_row(float* x, const float* cs, int64_t d, bool inverse) {
   float* x1 = x;
   float* x2 = x + half;
   int64_t i = 0;
-#ifdef __AVX512F__
-  for (; i + 16 <= half; i += 16) {
-    __m512 a = _mm512_loadu_ps(x1 + i), b = _mm512_loadu_ps(x2 + i);
-    __m512 vc = _mm512_loadu_ps(c + i), vs = _mm512_loadu_ps(s + i);
-    __m512 ac = _mm512_mul_ps(a, vc), bc = _mm512_mul_ps(b, vc);
-    __m512 as = _mm512_mul_ps(a, vs), bs = _mm512_mul_ps(b, vs);
+#ifdef KILN_SIMD_VEC
+  for (; i + kLanes <= half; i += kLanes) {
+    const VecF a = vload(x1 + i), b = vload(x2 + i), vc = vload(c + i), vs = vload(s + i);
+    const VecF ac = vmul(a, vc), bc = vmul(b, vc), as = vmul(a, vs), bs = vmul(b, vs);
     if (!inverse) {
-      _mm512_storeu_ps(x1 + i, _mm512_sub_ps(ac, bs));
-      _mm512_storeu_ps(x2 + i, _mm512_add_ps(bc, as));
+      vstore(x1 + i, vsub(ac, bs));
+      vstore(x2 + i, vadd(bc, as));
     } else {
-      _mm512_storeu_ps(x1 + i, _mm512_add_ps(ac, bs));
-      _mm512_storeu_ps(x2 + i, _mm512_sub_ps(bc, as));
+      vstore(x1 + i, vadd(ac, bs));
+      vstore(x2 + i, vsub(bc, as));
     }
   }
 #endif

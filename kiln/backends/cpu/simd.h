@@ -99,15 +99,23 @@ inline __m256 load_bf16x8(const bf16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-// 8 f32 -> 8 bf16, round to nearest even (same as f32_to_bf16, NaN kept as a NaN).
-inline void store_bf16x8(bf16_t* p, __m256 v) {
+// 8 f32 rounded to nearest even at bf16 precision (same as f32_to_bf16, NaN kept as a NaN): the
+// bf16 is the top half of each lane, the bottom half is garbage.
+inline __m256i round_bits_bf16x8(__m256 v) {
   const __m256i bits = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
   const __m256i quiet_nan = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000));
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  rounded = _mm256_blendv_epi8(rounded, quiet_nan, nan);
-  const __m256i half = _mm256_srli_epi32(rounded, 16);  // each lane <= 0xffff: packus is exact
+  return _mm256_blendv_epi8(rounded, quiet_nan, nan);
+}
+// v rounded to bf16 and widened back: what store_bf16x8 then load_bf16x8 give.
+inline __m256 round_bf16x8(__m256 v) {
+  return _mm256_castsi256_ps(_mm256_and_si256(round_bits_bf16x8(v), _mm256_set1_epi32(int32_t(0xffff0000u))));
+}
+// 8 f32 -> 8 bf16, round to nearest even (same as f32_to_bf16, NaN kept as a NaN).
+inline void store_bf16x8(bf16_t* p, __m256 v) {
+  const __m256i half = _mm256_srli_epi32(round_bits_bf16x8(v), 16);  // <= 0xffff: packus is exact
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(half, half), 0x08);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
 }
@@ -199,6 +207,9 @@ inline VecF vfmadd(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
 inline VecF vmax(VecF a, VecF b) { return _mm512_max_ps(a, b); }
 inline float vreduce_max(VecF v) { return _mm512_reduce_max_ps(v); }
 inline VecF vexp(VecF x) { return exp512(x); }
+inline VecF vround_bf16(VecF v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(cvt_f32_bf16x16(v)), 16));
+}
 #elif defined(__AVX2__) && defined(__FMA__)
 #define KILN_SIMD_VEC 1
 using VecF = __m256;
@@ -217,6 +228,7 @@ inline VecF vfmadd(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
 inline VecF vmax(VecF a, VecF b) { return _mm256_max_ps(a, b); }
 inline float vreduce_max(VecF v) { return hmax256(v); }
 inline VecF vexp(VecF x) { return exp256(x); }
+inline VecF vround_bf16(VecF v) { return round_bf16x8(v); }
 #endif
 
 // Asks for [p, p + bytes) in L1 ahead of use. The wide-row kernels (q/k-norm + RoPE, SwiGLU) call
@@ -279,7 +291,7 @@ inline void store_row(const float* src, int64_t n, void* dst, DType t, int64_t o
 
 inline float round_to(DType t, float v) { return t == DType::bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
 
-// Sum of a[i] * b[i], f32 accumulation in 16 lanes.
+// Sum of a[i] * b[i], f32 accumulation in 16 lanes (AVX2: 8).
 inline float dot_f32(const float* a, const float* b, int64_t n) {
   int64_t i = 0;
   float s = 0.f;
@@ -292,6 +304,15 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   for (; i + 16 <= n; i += 16)
     acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
   s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8)
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  s = hsum256(_mm256_add_ps(acc0, acc1));
 #endif
   for (; i < n; ++i) s += a[i] * b[i];
   return s;

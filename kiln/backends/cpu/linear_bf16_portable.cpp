@@ -35,15 +35,18 @@ constexpr int64_t kGemmRows = 6;
 
 int64_t panel_count(int64_t M) { return (M + kGemmRows - 1) / kGemmRows; }
 
-// xp[(g * Kp + k) * kGemmRows + m] = x[g * kGemmRows + m][k], rows past M zero.
+// xp[(g * Kp + k) * kGemmRows + m] = x[g * kGemmRows + m][k], rows past M zero. Split over the
+// threads: on one, the packing left the other idle for ~2.5 % of a 512 x 1024 x 3072 call.
 void pack_x_panels(const uint16_t* xb, int64_t M, int64_t Kp, float* xp) {
-  for (int64_t g = 0; g < panel_count(M); ++g)
-    for (int64_t m = 0; m < kGemmRows; ++m) {
-      const int64_t row = g * kGemmRows + m;
-      float* dst = xp + g * Kp * kGemmRows + m;
-      for (int64_t k = 0; k < Kp; ++k)
-        dst[k * kGemmRows] = row < M ? bf16_to_f32(xb[row * Kp + k]) : 0.f;
-    }
+  parallel_for(panel_count(M), [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g)
+      for (int64_t m = 0; m < kGemmRows; ++m) {
+        const int64_t row = g * kGemmRows + m;
+        float* dst = xp + g * Kp * kGemmRows + m;
+        for (int64_t k = 0; k < Kp; ++k)
+          dst[k * kGemmRows] = row < M ? bf16_to_f32(xb[row * Kp + k]) : 0.f;
+      }
+  }, std::max<int64_t>(1, (int64_t(16) << 10) / (kGemmRows * Kp)));
 }
 
 // Adds the residual, converts and stores tile values v[m][j] (columns c0 + j, clipped to N).

@@ -1,8 +1,9 @@
 // Linear-layer benchmark on the Qwen3-0.6B shapes (hidden 1024, 28 layers, intermediate 3072,
 // vocab 151936), bf16, against rooflines measured in the same process:
 //   decode  (M = 1..8): GB/s of packed weights streamed, vs measure_memory_bandwidth()
-//   prefill (M = 128, 512): GFLOP/s, vs the machine's bf16 vdpbf16ps peak (~836 GFLOP/s on 2 cores,
-//   shared/MACHINE.md) and vs measure_gemm_peak(bf16).
+//   prefill (M = 128, 512): GFLOP/s, vs the machine's bf16 arithmetic peak measured in the process
+//   (measure_arithmetic_peak: vdpbf16ps where the CPU has AVX512_BF16, ~836 GFLOP/s on the 2-core
+//   Zen 5 of shared/MACHINE.md; f32 FMAs elsewhere) or --peak, and vs measure_gemm_peak(bf16).
 // Every layer gets its own packed copy, as in the real model, so decode cannot hit in cache.
 //
 // Usage: OMP_NUM_THREADS=2 bench_linear [--reps R] [--layers L] [--peak GFLOPS] [--m 1,128,512]
@@ -80,7 +81,7 @@ void read_blocks(const ReadBuffer& r) {
 int main(int argc, char** argv) {
   int reps = 7, layers = 28;
   std::vector<int64_t> ms = {1, 2, 4, 8, 128, 512};
-  double machine_peak = 836e9;  // shared/MACHINE.md: vdpbf16ps on both cores
+  double machine_peak = 0;  // measured below unless --peak gives it
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--layers")) layers = std::atoi(argv[i + 1]);
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("threads %d, layers %d, best of %d repeats\n", kiln::num_threads(), layers, reps);
+  if (machine_peak <= 0) machine_peak = kiln::cpu::measure_arithmetic_peak(DType::bf16);
   const double peak = kiln::cpu::measure_gemm_peak(DType::bf16);
   std::printf("measured: linear() bf16 peak (M=512 N=K=2048) %.0f GFLOP/s (%.0f%% of %.0f machine"
               " peak)\n",

@@ -325,7 +325,8 @@ TEST(CliBench, TinyRunPrintsEveryField) {
   for (const char* k :
        {"batch", "prompt_tokens", "new_tokens", "dtype", "prefill_tokens_per_s",
         "prefill_roofline_fraction", "decode_tokens_per_s", "decode_roofline_fraction",
-        "memory_bandwidth_gbs", "gemm_peak_gflops", "decode_bytes_per_token",
+        "memory_bandwidth_gbs", "gemm_peak_gflops", "machine_peak_gflops",
+        "prefill_machine_peak_fraction", "decode_bytes_per_token",
         "prefill_flops_per_token", "compile_ms", "peak_rss_bytes", "weight_bytes",
         "kv_cache_bytes"})
     EXPECT_TRUE(j.contains(k)) << k;
@@ -340,6 +341,13 @@ TEST(CliBench, TinyRunPrintsEveryField) {
   EXPECT_EQ(j["memory_bandwidth_gbs"], j["memory_bandwidth_gbs_per_repeat"][0]);
   EXPECT_EQ(j["decode_roofline_fraction"], j["decode_roofline_fraction_per_repeat"][0]);
   EXPECT_GT(j["gemm_peak_gflops"].get<double>(), 0);
+#if defined(__x86_64__)
+  // Measured wherever the CPU has AVX2 + FMA (0 where it has neither that nor AVX-512).
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_GT(j["machine_peak_gflops"].get<double>(), 0);
+    EXPECT_GT(j["prefill_machine_peak_fraction"].get<double>(), 0);
+  }
+#endif
   EXPECT_GT(j["compile_ms"]["prefill"].get<double>(), 0);
   EXPECT_GT(j["compile_ms"]["decode"].get<double>(), 0);
   // tiny: 151936 x 64 tied embeddings + 2 small layers, in f32.

@@ -134,5 +134,9 @@ double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scal
 // return; the process's peak RSS still counts it, so call it before loading a model.
 double measure_memory_bandwidth();
 double measure_gemm_peak(DType dtype);
+// The machine's arithmetic peak in FLOP/s for `dtype` GEMMs on all threads: vdpbf16ps where the CPU
+// has AVX512_BF16 (bf16), else f32 FMAs at its widest vector (a bf16 GEMM without AVX512_BF16
+// widens to f32). Register-only loops, ~0.1 s. 0 where neither AVX2 + FMA nor AVX-512 exists.
+double measure_arithmetic_peak(DType dtype);
 
 }  // namespace kiln::cpu

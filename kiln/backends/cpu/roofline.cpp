@@ -1,5 +1,6 @@
-// Rooflines measured on the running machine, for `kiln bench`: streaming read bandwidth and the
-// best rate of linear() itself (so "% of peak" compares kiln with what its own GEMM can reach).
+// Rooflines measured on the running machine, for `kiln bench`: streaming read bandwidth, the
+// best rate of linear() itself (so "% of peak" compares kiln with what its own GEMM can reach) and
+// the arithmetic peak of the instruction its GEMMs run on (what no kernel can pass).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -48,7 +49,88 @@ uint64_t sum_lines(const uint64_t* p, int64_t lines) {
 #endif
 }
 
+// Register-only chains of one multiply-add instruction (no memory traffic): 12 independent
+// accumulators cover a 4-5 cycle latency at two instructions a cycle. Each returns a value
+// derived from every accumulator so the loop stays; flops per iteration are in kPeakLoops.
+constexpr int kChains = 12;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(int64_t iters) {
+  __m256 a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm256_set1_ps(1e-3f * float(i));
+  const __m256 b = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-6f);
+  for (int64_t k = 0; k < iters; ++k)
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) a[i] = _mm256_fmadd_ps(a[i], b, c);
+  for (int i = 1; i < kChains; ++i) a[0] = _mm256_add_ps(a[0], a[i]);
+  return _mm256_cvtss_f32(a[0]);
+}
+
+__attribute__((target("avx512f"))) float fma_chains_avx512(int64_t iters) {
+  __m512 a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm512_set1_ps(1e-3f * float(i));
+  const __m512 b = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-6f);
+  for (int64_t k = 0; k < iters; ++k)
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) a[i] = _mm512_fmadd_ps(a[i], b, c);
+  for (int i = 1; i < kChains; ++i) a[0] = _mm512_add_ps(a[0], a[i]);
+  return _mm512_cvtss_f32(a[0]);
+}
+
+// vdpbf16ps: 16 lanes x 2 bf16 products, each a multiply and an add.
+__attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(int64_t iters) {
+  __m512 a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm512_set1_ps(1e-3f * float(i));
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // (1, 1)
+  const __m512bh y = (__m512bh)_mm512_set1_epi32(0x33d633d6);  // (1e-7, 1e-7)
+  for (int64_t k = 0; k < iters; ++k)
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) a[i] = _mm512_dpbf16_ps(a[i], x, y);
+  for (int i = 1; i < kChains; ++i) a[0] = _mm512_add_ps(a[0], a[i]);
+  return _mm512_cvtss_f32(a[0]);
+}
+#endif
+
 }  // namespace
+
+double measure_arithmetic_peak(DType dtype) {
+  KILN_CHECK(dtype == DType::bf16 || dtype == DType::f32, "measure_arithmetic_peak: dtype ",
+             dtype_name(dtype), " must be f32 or bf16");
+#if defined(__x86_64__)
+  float (*chains)(int64_t) = nullptr;
+  double flops_per_iter = 0;
+  if (dtype == DType::bf16 && __builtin_cpu_supports("avx512bf16")) {
+    chains = dpbf16_chains;
+    flops_per_iter = kChains * 16 * 4;
+  } else if (__builtin_cpu_supports("avx512f")) {
+    chains = fma_chains_avx512;
+    flops_per_iter = kChains * 16 * 2;
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    chains = fma_chains_avx2;
+    flops_per_iter = kChains * 8 * 2;
+  } else {
+    return 0;
+  }
+  constexpr int64_t kIters = 4 << 20;  // ~50M instructions per thread: 10-30 ms
+  const int threads = num_threads();
+  volatile float sink = 0;
+  double best = 0;
+  for (int rep = 0; rep < 10; ++rep) {
+    std::vector<float> out(size_t(threads), 0.f);
+    const double t0 = now_s();
+    parallel_for(threads, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) out[size_t(t)] = chains(kIters);
+    });
+    const double t = now_s() - t0;
+    for (float v : out) sink = sink + v;
+    best = std::max(best, double(threads) * double(kIters) * flops_per_iter / t);
+  }
+  return best;
+#else
+  (void)dtype;
+  return 0;
+#endif
+}
 
 double measure_memory_bandwidth() {
   // 256 MiB: far beyond any cache here, small enough to fault in quickly with huge pages. It is

@@ -75,18 +75,17 @@ void silu_mul_backward(const Tensor& gate_up, const Tensor& dy, Tensor& dgate_up
       float* dg = out + r * 2 * inter;
       float* du = dg + inter;
       int64_t i = 0;
-#ifdef __AVX512F__
-      const __m512 one = _mm512_set1_ps(1.f);
-      for (; i + 16 <= inter; i += 16) {
-        const __m512 vg = _mm512_loadu_ps(g + i), vu = _mm512_loadu_ps(u + i);
-        const __m512 vd = _mm512_loadu_ps(d + i);
-        const __m512 s = _mm512_div_ps(
-            one, _mm512_add_ps(one, detail::exp512(_mm512_sub_ps(_mm512_setzero_ps(), vg))));
-        const __m512 silu = _mm512_mul_ps(vg, s);
+#ifdef KILN_SIMD_VEC
+      using namespace detail;
+      const VecF one = vset1(1.f);
+      for (; i + kLanes <= inter; i += kLanes) {
+        const VecF vg = vload(g + i), vu = vload(u + i), vd = vload(d + i);
+        const VecF s = vdiv(one, vadd(one, vexp(vsub(vzero(), vg))));
+        const VecF silu = vmul(vg, s);
         // d silu / dg = s * (1 + g * (1 - s))
-        const __m512 ds = _mm512_mul_ps(s, _mm512_fmadd_ps(vg, _mm512_sub_ps(one, s), one));
-        _mm512_storeu_ps(dg + i, _mm512_mul_ps(_mm512_mul_ps(vd, vu), ds));
-        _mm512_storeu_ps(du + i, _mm512_mul_ps(vd, silu));
+        const VecF ds = vmul(s, vfmadd(vg, vsub(one, s), one));
+        vstore(dg + i, vmul(vmul(vd, vu), ds));
+        vstore(du + i, vmul(vd, silu));
       }
 #endif
       for (; i < inter; ++i) {

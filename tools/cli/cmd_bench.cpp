@@ -219,9 +219,11 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
               << ", prompt " << P << ", new " << N << ", " << kiln::num_threads() << " threads\n"
               << "prefill: " << prefill_tps << " tokens/s (" << 100 * prefill_tps / prefill_roofline
               << "% of " << prefill_roofline << " = " << gemm_peak / 1e9 << " GFLOP/s / "
-              << prefill_flops_per_token / 1e9 << " GFLOP per token; "
-              << 100 * prefill_tps * prefill_flops_per_token / machine_peak
-              << "% of the machine's arithmetic peak, " << machine_peak / 1e9 << " GFLOP/s)\n"
+              << prefill_flops_per_token / 1e9 << " GFLOP per token";
+    if (machine_peak > 0)
+      std::cout << "; " << 100 * prefill_tps * prefill_flops_per_token / machine_peak
+                << "% of the machine's arithmetic peak, " << machine_peak / 1e9 << " GFLOP/s";
+    std::cout << ")\n"
               << "decode:  " << decode_tps << " tokens/s (" << 100 * median(rep_fraction)
               << "% of its roofline, paired per repeat; " << decode_roofline << " = "
               << bandwidth / 1e9 << " GB/s median / " << decode_step_bytes / 1e6

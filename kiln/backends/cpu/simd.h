@@ -206,6 +206,7 @@ inline VecF vdiv(VecF a, VecF b) { return _mm512_div_ps(a, b); }
 inline VecF vfmadd(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
 inline VecF vmax(VecF a, VecF b) { return _mm512_max_ps(a, b); }
 inline float vreduce_max(VecF v) { return _mm512_reduce_max_ps(v); }
+inline float vreduce_add(VecF v) { return _mm512_reduce_add_ps(v); }
 inline VecF vexp(VecF x) { return exp512(x); }
 inline VecF vround_bf16(VecF v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(cvt_f32_bf16x16(v)), 16));
@@ -227,6 +228,7 @@ inline VecF vdiv(VecF a, VecF b) { return _mm256_div_ps(a, b); }
 inline VecF vfmadd(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
 inline VecF vmax(VecF a, VecF b) { return _mm256_max_ps(a, b); }
 inline float vreduce_max(VecF v) { return hmax256(v); }
+inline float vreduce_add(VecF v) { return hsum256(v); }
 inline VecF vexp(VecF x) { return exp256(x); }
 inline VecF vround_bf16(VecF v) { return round_bf16x8(v); }
 #endif
@@ -291,28 +293,18 @@ inline void store_row(const float* src, int64_t n, void* dst, DType t, int64_t o
 
 inline float round_to(DType t, float v) { return t == DType::bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
 
-// Sum of a[i] * b[i], f32 accumulation in 16 lanes (AVX2: 8).
+// Sum of a[i] * b[i], f32 accumulation in the build's vector lanes (16 or 8).
 inline float dot_f32(const float* a, const float* b, int64_t n) {
   int64_t i = 0;
   float s = 0.f;
-#ifdef __AVX512F__
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  for (; i + 32 <= n; i += 32) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+#ifdef KILN_SIMD_VEC
+  VecF acc0 = vzero(), acc1 = vzero();
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    acc0 = vfmadd(vload(a + i), vload(b + i), acc0);
+    acc1 = vfmadd(vload(a + i + kLanes), vload(b + i + kLanes), acc1);
   }
-  for (; i + 16 <= n; i += 16)
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-  s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-#elif defined(__AVX2__) && defined(__FMA__)
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-  }
-  for (; i + 8 <= n; i += 8)
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  s = hsum256(_mm256_add_ps(acc0, acc1));
+  for (; i + kLanes <= n; i += kLanes) acc0 = vfmadd(vload(a + i), vload(b + i), acc0);
+  s = vreduce_add(vadd(acc0, acc1));
 #endif
   for (; i < n; ++i) s += a[i] * b[i];
   return s;

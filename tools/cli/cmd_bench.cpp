@@ -163,6 +163,8 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     const double prefill_flops_per_token =
         2 * layers * layer_matmul_params + attn_flops + 2 * lm_head_params / double(P);
     const double prefill_roofline = gemm_peak / prefill_flops_per_token;
+    const double prefill_machine_fraction =
+        machine_peak > 0 ? prefill_tps * prefill_flops_per_token / machine_peak : 0.0;
 
     const double param_count = double(model->weight_bytes()) / act;
     const double bf16_weight_bytes = param_count * 2;
@@ -195,8 +197,7 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
         {"memory_bandwidth_gbs_before_after", {bandwidth_before / 1e9, bandwidth_after / 1e9}},
         {"gemm_peak_gflops", gemm_peak / 1e9},
         {"machine_peak_gflops", machine_peak / 1e9},
-        {"prefill_machine_peak_fraction",
-         machine_peak > 0 ? prefill_tps * prefill_flops_per_token / machine_peak : 0.0},
+        {"prefill_machine_peak_fraction", prefill_machine_fraction},
         {"decode_bytes_per_token", decode_step_bytes / double(B)},
         {"prefill_flops_per_token", prefill_flops_per_token},
         {"compile_ms", {{"prefill", compile_ms("prefill")}, {"decode", compile_ms("decode")}}},
@@ -221,8 +222,7 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
               << "% of " << prefill_roofline << " = " << gemm_peak / 1e9 << " GFLOP/s / "
               << prefill_flops_per_token / 1e9 << " GFLOP per token";
     if (machine_peak > 0)
-      std::cout << "; " << 100 * prefill_tps * prefill_flops_per_token / machine_peak
-                << "% of the machine's arithmetic peak, " << machine_peak / 1e9 << " GFLOP/s";
+      std::cout << "; " << 100 * prefill_machine_fraction << "% of the machine's arithmetic peak, " << machine_peak / 1e9 << " GFLOP/s";
     std::cout << ")\n"
               << "decode:  " << decode_tps << " tokens/s (" << 100 * median(rep_fraction)
               << "% of its roofline, paired per repeat; " << decode_roofline << " = "

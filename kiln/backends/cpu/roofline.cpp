@@ -51,7 +51,8 @@ uint64_t sum_lines(const uint64_t* p, int64_t lines) {
 
 // Register-only chains of one multiply-add instruction (no memory traffic): 12 independent
 // accumulators cover a 4-5 cycle latency at two instructions a cycle. Each returns a value
-// derived from every accumulator so the loop stays; flops per iteration are in kPeakLoops.
+// derived from every accumulator so the loop stays. One function per instruction set: each needs
+// its own target attribute (a shared template would let the compiler use the widest one in all).
 constexpr int kChains = 12;
 
 #if defined(__x86_64__)

@@ -10,6 +10,7 @@
 
 #include "kiln/backends/cpu/kernels.h"
 #include "kiln/backends/cpu/linear_dnnl.h"
+#include "kiln/core/error.h"
 
 namespace kiln::cpu {
 namespace {
@@ -254,6 +255,27 @@ TEST(Linear, PackFromBf16EqualsPackFromF32) {
   linear(x, *a, ya);
   linear(x, *b, yb);
   EXPECT_EQ(ya.to_f32_vector(), yb.to_f32_vector());
+}
+
+TEST(Linear, EmbeddingFromPackedCopyEqualsTableLookup) {
+  // A tied table is looked up in the lm_head's packed copy: the same values as the table's rows,
+  // for rows in every 64-row block (the last one partial) and K odd (a half-filled last k pair).
+  const int64_t V = 150, K = 37;
+  const std::vector<int32_t> rows = {0, 1, 63, 64, 65, 127, 128, 149, 64, 0};
+  Tensor ids = Tensor::from_vector(rows, {int64_t(rows.size())});
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor table = Tensor::from_vector(random_values(V * K, 50), {V, K}).to(dtype);
+    auto packed = PackedLinear::pack(table, dtype);
+    Tensor want = Tensor::empty({int64_t(rows.size()), K}, DType::f32);
+    Tensor got = Tensor::empty({int64_t(rows.size()), K}, DType::f32);
+    embedding(ids, table, want);
+    embedding_packed(ids, *packed, got);
+    EXPECT_EQ(got.to_f32_vector(), want.to_f32_vector());
+    Tensor bad = Tensor::from_vector(std::vector<int32_t>{3, int32_t(V)}, {2});
+    Tensor y = Tensor::empty({2, K}, DType::f32);
+    EXPECT_THROW(embedding_packed(bad, *packed, y), InternalError);
+  }
 }
 
 TEST(Linear, DecodeAndPrefillPathsAgree) {

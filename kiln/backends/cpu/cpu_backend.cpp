@@ -32,6 +32,28 @@ std::shared_ptr<void> prepare_linear(const Node& n, graph::WeightStore& weights)
   });
 }
 
+// An embedding table that is also a linear's whole weight (the tied lm_head) is looked up in that
+// linear's packed copy, so the model holds the table once. Reading it from its memory-mapped
+// source brings its pages back: on a kernel with large page-cache folios, 128 random rows made
+// 270 of the table's 311 MB resident again (Qwen3-0.6B, peak RSS 1.36x weights + cache at
+// P = 512, against 1.3x allowed).
+std::shared_ptr<void> prepare_tied_embedding(const graph::Graph& g, const Node& n,
+                                             graph::WeightStore& weights) {
+  const Node& table = g.node(n.inputs.at(1));
+  if (table.op != Op::Weight) return nullptr;  // training's f32 master table
+  for (const Node& m : g.nodes) {
+    if (m.dead || (m.op != Op::Linear && m.op != Op::LinearResidual) ||
+        m.weight_names != table.weight_names)
+      continue;
+    auto packed = prepare_linear(m, weights);
+    // Exact only where packing kept the table's own values (bf16 -> bf16, f32 -> f32).
+    if (static_cast<const PackedLinear*>(packed.get())->compute_dtype() ==
+        weights.get(table.weight_names.at(0)).dtype())
+      return packed;
+  }
+  return nullptr;
+}
+
 void bias_add(const Tensor& x, const Tensor& bias, Tensor& y) {
   const int64_t cols = bias.numel(), rows = x.numel() / cols;
   std::vector<float> b = bias.to_f32_vector();
@@ -73,9 +95,10 @@ class CpuBackend final : public graph::Backend {
   std::string name() const override { return "cpu"; }
   bool supports(Op op) const override { return op != Op::kCount; }
 
-  std::shared_ptr<void> prepare(const graph::Graph&, const Node& n,
+  std::shared_ptr<void> prepare(const graph::Graph& g, const Node& n,
                                 graph::WeightStore& weights) override {
     if (n.op == Op::Linear || n.op == Op::LinearResidual) return prepare_linear(n, weights);
+    if (n.op == Op::Embedding) return prepare_tied_embedding(g, n, weights);
     return nullptr;
   }
 
@@ -128,7 +151,10 @@ class CpuBackend final : public graph::Backend {
       case Op::Reshape:
       case Op::kCount:
         return;
-      case Op::Embedding: return embedding(in[0], in[1], out);
+      case Op::Embedding:
+        if (prepared)  // a tied table, read from the lm_head's packed copy
+          return embedding_packed(in[0], *static_cast<const PackedLinear*>(prepared), out);
+        return embedding(in[0], in[1], out);
       case Op::Linear: return linear(in[0], *static_cast<const PackedLinear*>(prepared), out);
       case Op::LinearResidual:
         return linear(in[0], *static_cast<const PackedLinear*>(prepared), out, &in[1]);

@@ -98,6 +98,14 @@ void embedding(const Tensor& ids, const Tensor& table, Tensor& y) {
       min_rows(h));
 }
 
+void embedding_packed(const Tensor& ids, const PackedLinear& table, Tensor& y) {
+  KILN_CHECK(ids.dtype() == DType::i32 && ids.ndim() == 1, "embedding: ids must be i32 [N]");
+  const int64_t n = ids.dim(0), h = table.in_features();
+  KILN_CHECK(y.dtype() == DType::f32 && y.shape() == Shape({n, h}), "embedding: y must be f32 [",
+             n, ", ", h, "], got ", shape_str(y.shape()));
+  table.read_rows(ids.data<int32_t>(), n, y.data<float>());
+}
+
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
   KILN_CHECK(a.dtype() == DType::f32 && b.dtype() == DType::f32 && y.dtype() == DType::f32,
              "add: f32 only");

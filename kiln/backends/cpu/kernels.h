@@ -38,6 +38,9 @@ class PackedLinear {
   virtual int64_t in_features() const = 0;   // K
   virtual DType compute_dtype() const = 0;
   virtual size_t bytes() const = 0;  // packed size, for memory accounting and rooflines
+  // Rows ids[i] of W, as the packed copy holds them (exact), into out [n, K] f32. The embedding
+  // lookup of a tied table reads them here, so the model keeps one copy of that table.
+  virtual void read_rows(const int32_t* ids, int64_t n, float* out) const = 0;
 };
 
 // y [M, N] = x [M, K] @ W^T (+ residual [M, N] if given).
@@ -51,6 +54,8 @@ void linear(const Tensor& x, const PackedLinear& w, Tensor& y, const Tensor* res
 
 // y [N, H] = table [V, H][ids[i]]. ids: i32 [N] (already validated < V); table f32|bf16; y: f32.
 void embedding(const Tensor& ids, const Tensor& table, Tensor& y);
+// The same lookup in a table that is a linear's whole weight (tied lm_head), from its packed copy.
+void embedding_packed(const Tensor& ids, const PackedLinear& table, Tensor& y);
 
 // y [R, H] = x / sqrt(mean(x^2) + eps) * w, computed in f32 (Transformers' Qwen3RMSNorm).
 // x: act [R, H]; w: f32|bf16 [H]; y: act [R, H] (may differ from x's dtype; may alias x if equal).

@@ -67,6 +67,27 @@ class PackedLinearImpl final : public PackedLinear {
   DType compute_dtype() const override { return compute_; }
   size_t bytes() const override { return buf_->bytes; }
 
+  void read_rows(const int32_t* ids, int64_t n, float* out) const override {
+    for (int64_t i = 0; i < n; ++i)
+      KILN_CHECK(ids[i] >= 0 && ids[i] < n_, "PackedLinear::read_rows: row ", ids[i],
+                 " out of range [0, ", n_, ")");
+    parallel_for(n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t r = ids[i];
+        float* row = out + i * k_;
+        if (compute_ == DType::f32) {  // W [N, K] as it was
+          std::memcpy(row, static_cast<const float*>(buf_->ptr) + r * k_, size_t(k_) * 4);
+          continue;
+        }
+        // Column r % 64 of its block: k pairs 64 columns (256 bytes) apart.
+        const uint16_t* col = static_cast<const uint16_t*>(buf_->ptr) +
+                              r / detail::kBlockN * kp_ * detail::kBlockN + r % detail::kBlockN * 2;
+        for (int64_t k = 0; k < k_; ++k)
+          row[k] = bf16_to_f32(col[(k / 2) * 2 * detail::kBlockN + k % 2]);
+      }
+    }, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, k_)));
+  }
+
   // Fills the packed buffer from the rows of W [N, K].
   void pack_from(const WeightRows& w, bool release_source) {
     auto& eng = detail::dnnl_engine();

@@ -259,5 +259,64 @@ TEST(CreateModel, RunsThroughCausalLM) {
   fs::remove_all(dir);
 }
 
+// Logits of a 5-token prefill and two decode steps.
+std::vector<float> prefill_and_decode_logits(CausalLM& m) {
+  auto cache = m.make_cache(1, 8);
+  std::vector<int32_t> mask = {1, 1, 1, 1, 1, 0, 0, 0};
+  const std::vector<int32_t> ids = {7, 300, 2, 151000, 9}, pos = {0, 1, 2, 3, 4};
+  Tensor logits = m.forward("prefill", Tensor::from_vector(ids, {1, 5}),
+                            Tensor::from_vector(pos, {1, 5}), Tensor::from_vector(mask, {1, 8}),
+                            cache, 0);
+  std::vector<float> out = logits.to_f32_vector();
+  for (int32_t step = 0; step < 2; ++step) {
+    mask[size_t(5 + step)] = 1;
+    logits = m.forward("decode", Tensor::from_vector(std::vector<int32_t>{11 + step}, {1, 1}),
+                       Tensor::from_vector(std::vector<int32_t>{5 + step}, {1, 1}),
+                       Tensor::from_vector(mask, {1, 8}), cache, 5 + step);
+    const auto row = logits.to_f32_vector();
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
+TEST(CausalLMLoad, F32ModelOfABf16CheckpointEqualsItsExactWidening) {
+  // An f32 model keeps a bf16 checkpoint's matrices mapped and widens them when packing (and the
+  // embedding widens its rows); it must compute exactly what the same weights stored in f32 do.
+  // Tied (Qwen3: the embedding reads the lm_head's packed copy) and untied with biases (Qwen2: the
+  // embedding reads the bf16 table).
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    auto j = preset_config_json("tiny", DType::bf16);
+    if (!tied) {
+      j["model_type"] = "qwen2";
+      j["architectures"] = {"Qwen2ForCausalLM"};
+      j["tie_word_embeddings"] = false;
+    }
+    const auto weights = random_weights(ModelConfig::from_json(j, "tiny"), 4, DType::bf16);
+    std::vector<std::pair<std::string, Tensor>> widened;
+    for (const auto& [name, t] : weights) widened.push_back({name, t.to(DType::f32)});
+    auto write_checkpoint = [&](const std::string& name,
+                                const std::vector<std::pair<std::string, Tensor>>& tensors) {
+      const std::string dir = temp_dir(name);
+      fs::create_directories(dir);
+      io::write_file_atomic(dir + "/config.json", j.dump(2));
+      io::save_safetensors(dir + "/model.safetensors", tensors);
+      return dir;
+    };
+    const std::string bf16_dir = write_checkpoint("bf16", weights);
+    const std::string f32_dir = write_checkpoint("f32", widened);
+    auto from_bf16 = CausalLM::from_pretrained(bf16_dir, {.dtype = DType::f32});
+    auto from_f32 = CausalLM::from_pretrained(f32_dir, {.dtype = DType::f32});
+    EXPECT_EQ(prefill_and_decode_logits(*from_bf16), prefill_and_decode_logits(*from_f32));
+    EXPECT_EQ(from_bf16->weight_bytes(), from_f32->weight_bytes());
+    const Tensor w = from_bf16->weight("model.layers.1.mlp.down_proj.weight");
+    EXPECT_EQ(w.dtype(), DType::f32);  // the API hands out the model dtype
+    EXPECT_EQ(w.to_f32_vector(),
+              from_f32->weight("model.layers.1.mlp.down_proj.weight").to_f32_vector());
+    fs::remove_all(bf16_dir);
+    fs::remove_all(f32_dir);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::models

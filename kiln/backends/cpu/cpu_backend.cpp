@@ -15,14 +15,17 @@ namespace {
 using graph::Node;
 using graph::Op;
 
-// Packs (or finds already packed) the weights of a Linear node; shared across graphs by name.
-std::shared_ptr<void> prepare_linear(const Node& n, graph::WeightStore& weights) {
+// Packs (or finds already packed) the weights of a Linear node; shared across graphs by name. They
+// are packed in the dtype the node's input comes in (the model dtype), whatever the stored dtype:
+// an f32 model keeps its bf16 matrices mapped until this widens them.
+std::shared_ptr<void> prepare_linear(const graph::Graph& g, const Node& n,
+                                     graph::WeightStore& weights) {
   std::string key = "linear:";
   for (const auto& name : n.weight_names) key += name + ";";
   return weights.prepared(key, [&]() -> std::shared_ptr<void> {
     std::vector<Tensor> ws;
     for (const auto& name : n.weight_names) ws.push_back(weights.get(name));
-    DType compute = ws[0].dtype() == DType::f32 ? DType::f32 : DType::bf16;
+    const DType compute = g.node(n.inputs.at(0)).dtype;
     // The packed copy is what runs from now on: a memory-mapped source leaves RSS as it is packed
     // (touched pages come back from the file if a later pack or the tied embedding reads them).
     auto packed = ws.size() == 1 ? PackedLinear::pack(ws[0], compute, /*release_source=*/true)
@@ -45,10 +48,10 @@ std::shared_ptr<void> prepare_tied_embedding(const graph::Graph& g, const Node& 
     if (m.dead || (m.op != Op::Linear && m.op != Op::LinearResidual) ||
         m.weight_names != table.weight_names)
       continue;
-    auto packed = prepare_linear(m, weights);
-    // Exact only where packing kept the table's own values (bf16 -> bf16, f32 -> f32).
-    if (static_cast<const PackedLinear*>(packed.get())->compute_dtype() ==
-        weights.get(table.weight_names.at(0)).dtype())
+    auto packed = prepare_linear(g, m, weights);
+    // Only where packing kept the table's values: in f32 (widening is exact) or in its own dtype.
+    const DType compute = static_cast<const PackedLinear*>(packed.get())->compute_dtype();
+    if (compute == DType::f32 || compute == weights.get(table.weight_names.at(0)).dtype())
       return packed;
   }
   return nullptr;
@@ -97,7 +100,7 @@ class CpuBackend final : public graph::Backend {
 
   std::shared_ptr<void> prepare(const graph::Graph& g, const Node& n,
                                 graph::WeightStore& weights) override {
-    if (n.op == Op::Linear || n.op == Op::LinearResidual) return prepare_linear(n, weights);
+    if (n.op == Op::Linear || n.op == Op::LinearResidual) return prepare_linear(g, n, weights);
     if (n.op == Op::Embedding) return prepare_tied_embedding(g, n, weights);
     return nullptr;
   }

@@ -11,12 +11,8 @@
 
 namespace kiln::models {
 
-// Weights by Transformers name, in the model dtype: memory-mapped views when the checkpoint already
-// has that dtype, converted copies otherwise. One exception: an f32 model keeps bf16 matrices (the
-// linears' weights and the embedding table) memory-mapped in bf16. The backend packs each linear
-// weight into the f32 copy that runs, widening exactly and dropping the mapped pages as it goes,
-// and the embedding reads bf16 rows as f32; a converted copy beside the packed one held every
-// linear weight twice (Qwen3-0.6B in f32: peak RSS 4.8 GB for 2.4 GB of weights).
+// Weights by Transformers name: memory-mapped views of the checkpoint, converted to the model dtype
+// at load only where no kernel does it (see stored_as_is below).
 class ModelWeights final : public graph::WeightStore {
  public:
   Tensor get(const std::string& name) const override {
@@ -29,6 +25,19 @@ class ModelWeights final : public graph::WeightStore {
 };
 
 namespace {
+
+// Whether a checkpoint tensor stays in its own dtype, memory-mapped, when the model dtype differs:
+// the backend converts it where it is used, with the rounding Tensor::to would apply. A linear's
+// weight is packed in the model dtype, reading the mapped source and dropping its pages as it
+// goes; a converted copy beside the packed one held it twice (Qwen3-0.6B in f32 from bf16: peak
+// RSS 4.8 GB for 2.4 GB of weights). A tied embedding table is looked up in the lm_head's packed
+// copy; an untied one stays as is only where the lookup widens it exactly (bf16 rows into f32).
+// Norm weights and biases are small: converted.
+bool stored_as_is(const std::string& name, const Tensor& t, const ModelConfig& c, DType model) {
+  if (t.ndim() != 2) return false;
+  if (name != "model.embed_tokens.weight" || c.tie_word_embeddings) return true;
+  return t.dtype() == DType::bf16 && model == DType::f32;
+}
 
 struct Expected {
   std::string name;
@@ -125,9 +134,8 @@ std::shared_ptr<CausalLM> CausalLM::from_pretrained(const std::string& dir,
     if (t.dtype() != DType::f32 && t.dtype() != DType::bf16 && t.dtype() != DType::f16)
       throw Error(dir, "tensor '" + e.name + "' has dtype " + info.dtype_str +
                            " (expected F32, BF16 or F16)");
-    const bool widened_by_backend =
-        m->dtype_ == DType::f32 && t.dtype() == DType::bf16 && t.ndim() == 2;
-    if (t.dtype() != m->dtype_ && !widened_by_backend) t = t.to(m->dtype_);
+    if (t.dtype() != m->dtype_ && !stored_as_is(e.name, t, m->config_, m->dtype_))
+      t = t.to(m->dtype_);
     w->bytes_ += size_t(t.numel()) * dtype_size(m->dtype_);
     w->tensors_[e.name] = t;
   }

@@ -279,42 +279,52 @@ std::vector<float> prefill_and_decode_logits(CausalLM& m) {
   return out;
 }
 
-TEST(CausalLMLoad, F32ModelOfABf16CheckpointEqualsItsExactWidening) {
-  // An f32 model keeps a bf16 checkpoint's matrices mapped and widens them when packing (and the
-  // embedding widens its rows); it must compute exactly what the same weights stored in f32 do.
-  // Tied (Qwen3: the embedding reads the lm_head's packed copy) and untied with biases (Qwen2: the
-  // embedding reads the bf16 table).
+TEST(CausalLMLoad, ACheckpointInAnotherDtypeEqualsItsConversion) {
+  // Matrices stored in another dtype stay mapped as they are and are converted where they are used
+  // (packed linears; the embedding through the tied lm_head's packed copy, or widened rows): the
+  // model must compute exactly what it computes from the checkpoint converted beforehand. Tied
+  // (Qwen3) and untied with biases (Qwen2), for an f32 model of bf16 and f16 checkpoints and a
+  // bf16 model of f32 and f16 ones.
+  struct Case {
+    DType model, stored;
+  };
   for (bool tied : {true, false}) {
-    SCOPED_TRACE(tied ? "tied" : "untied");
-    auto j = preset_config_json("tiny", DType::bf16);
-    if (!tied) {
-      j["model_type"] = "qwen2";
-      j["architectures"] = {"Qwen2ForCausalLM"};
-      j["tie_word_embeddings"] = false;
+    for (Case c : {Case{DType::f32, DType::bf16}, Case{DType::f32, DType::f16},
+                   Case{DType::bf16, DType::f32}, Case{DType::bf16, DType::f16}}) {
+      SCOPED_TRACE(std::string(tied ? "tied, " : "untied, ") + std::string(dtype_name(c.model)) +
+                   " model of " + std::string(dtype_name(c.stored)));
+      auto j = preset_config_json("tiny", c.stored);
+      if (!tied) {
+        j["model_type"] = "qwen2";
+        j["architectures"] = {"Qwen2ForCausalLM"};
+        j["tie_word_embeddings"] = false;
+      }
+      const auto stored = random_weights(ModelConfig::from_json(j, "tiny"), 4, c.stored);
+      std::vector<std::pair<std::string, Tensor>> converted;
+      for (const auto& [name, t] : stored) converted.push_back({name, t.to(c.model)});
+      auto write_checkpoint = [&](const std::string& name,
+                                  const std::vector<std::pair<std::string, Tensor>>& tensors) {
+        const std::string dir = temp_dir(name);
+        fs::create_directories(dir);
+        io::write_file_atomic(dir + "/config.json", j.dump(2));
+        io::save_safetensors(dir + "/model.safetensors", tensors);
+        return dir;
+      };
+      const std::string stored_dir = write_checkpoint("stored", stored);
+      const std::string converted_dir = write_checkpoint("converted", converted);
+      auto a = CausalLM::from_pretrained(stored_dir, {.dtype = c.model});
+      auto b = CausalLM::from_pretrained(converted_dir, {.dtype = c.model});
+      EXPECT_EQ(prefill_and_decode_logits(*a), prefill_and_decode_logits(*b));
+      EXPECT_EQ(a->weight_bytes(), b->weight_bytes());
+      for (const std::string name :
+           {"model.embed_tokens.weight", "model.layers.1.mlp.down_proj.weight"}) {
+        const Tensor w = a->weight(name);
+        EXPECT_EQ(w.dtype(), c.model) << name;  // the API hands out the model dtype
+        EXPECT_EQ(w.to_f32_vector(), b->weight(name).to_f32_vector()) << name;
+      }
+      fs::remove_all(stored_dir);
+      fs::remove_all(converted_dir);
     }
-    const auto weights = random_weights(ModelConfig::from_json(j, "tiny"), 4, DType::bf16);
-    std::vector<std::pair<std::string, Tensor>> widened;
-    for (const auto& [name, t] : weights) widened.push_back({name, t.to(DType::f32)});
-    auto write_checkpoint = [&](const std::string& name,
-                                const std::vector<std::pair<std::string, Tensor>>& tensors) {
-      const std::string dir = temp_dir(name);
-      fs::create_directories(dir);
-      io::write_file_atomic(dir + "/config.json", j.dump(2));
-      io::save_safetensors(dir + "/model.safetensors", tensors);
-      return dir;
-    };
-    const std::string bf16_dir = write_checkpoint("bf16", weights);
-    const std::string f32_dir = write_checkpoint("f32", widened);
-    auto from_bf16 = CausalLM::from_pretrained(bf16_dir, {.dtype = DType::f32});
-    auto from_f32 = CausalLM::from_pretrained(f32_dir, {.dtype = DType::f32});
-    EXPECT_EQ(prefill_and_decode_logits(*from_bf16), prefill_and_decode_logits(*from_f32));
-    EXPECT_EQ(from_bf16->weight_bytes(), from_f32->weight_bytes());
-    const Tensor w = from_bf16->weight("model.layers.1.mlp.down_proj.weight");
-    EXPECT_EQ(w.dtype(), DType::f32);  // the API hands out the model dtype
-    EXPECT_EQ(w.to_f32_vector(),
-              from_f32->weight("model.layers.1.mlp.down_proj.weight").to_f32_vector());
-    fs::remove_all(bf16_dir);
-    fs::remove_all(f32_dir);
   }
 }
 

@@ -44,16 +44,16 @@ std::shared_ptr<void> prepare_tied_embedding(const graph::Graph& g, const Node& 
                                              graph::WeightStore& weights) {
   const Node& table = g.node(n.inputs.at(1));
   if (table.op != Op::Weight) return nullptr;  // training's f32 master table
-  for (const Node& m : g.nodes) {
-    if (m.dead || (m.op != Op::Linear && m.op != Op::LinearResidual) ||
-        m.weight_names != table.weight_names)
-      continue;
-    auto packed = prepare_linear(g, m, weights);
-    // Only where packing kept the table's values: in f32 (widening is exact) or in its own dtype.
-    const DType compute = static_cast<const PackedLinear*>(packed.get())->compute_dtype();
-    if (compute == DType::f32 || compute == weights.get(table.weight_names.at(0)).dtype())
-      return packed;
-  }
+  // The packed copy holds the table in the model dtype, which is what the lookup must return.
+  for (const Node& m : g.nodes)
+    if (!m.dead && (m.op == Op::Linear || m.op == Op::LinearResidual) &&
+        m.weight_names == table.weight_names && g.node(m.inputs.at(0)).dtype == table.dtype)
+      return prepare_linear(g, m, weights);
+  // Otherwise the lookup reads the stored table, which the loader converts unless it only widens.
+  const DType stored = weights.get(table.weight_names.at(0)).dtype();
+  KILN_CHECK(stored == table.dtype || (stored == DType::bf16 && table.dtype == DType::f32), n.name,
+             ": table stored in ", dtype_name(stored), " for a ", dtype_name(table.dtype),
+             " model, with no packed copy to read");
   return nullptr;
 }
 

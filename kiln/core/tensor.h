@@ -31,6 +31,9 @@ class Storage {
   // Hint that [offset, offset + bytes) will not be read soon: a file mapping drops those pages from
   // memory (they are read back from the file if touched again). Other storages ignore it.
   virtual void release_pages(size_t /*offset*/, size_t /*bytes*/) {}
+  // Hint that [offset, offset + bytes) is about to be read whole: a file mapping reads those pages
+  // in with one call instead of faulting them in one by one. Other storages ignore it.
+  virtual void populate(size_t /*offset*/, size_t /*bytes*/) {}
   Device device() const { return device_; }
 
  protected:

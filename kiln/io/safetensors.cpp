@@ -32,6 +32,12 @@ class MmapStorage final : public Storage {
     const size_t begin = (offset + page - 1) / page * page, end = (offset + bytes) / page * page;
     if (end > begin && end <= bytes_) madvise(static_cast<char*>(ptr_) + begin, end - begin, MADV_DONTNEED);
   }
+  void populate(size_t offset, size_t bytes) override {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t begin = offset / page * page, end = std::min(bytes_, offset + bytes);
+    // Best effort: kernels before 5.14 refuse it, and the pages then fault in as they are read.
+    if (end > begin) madvise(static_cast<char*>(ptr_) + begin, end - begin, MADV_POPULATE_READ);
+  }
 
  private:
   void* ptr_;
@@ -82,7 +88,7 @@ const char* file_dtype_name(DType t) {
 
 }  // namespace
 
-std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, bool populate) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw Error(path, std::string("cannot open safetensors file: ") + std::strerror(errno));
   struct stat st{};
@@ -96,7 +102,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     buffer = std::make_shared<EmptyStorage>();
   } else {
     // MAP_POPULATE: faulting pages in one by one costs 7-16 us each on these VMs.
-    void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
     if (p == MAP_FAILED) {
       ::close(fd);
       throw Error(path, std::string("mmap failed: ") + std::strerror(errno));
@@ -241,7 +247,7 @@ void save_safetensors(const std::string& path,
   });
 }
 
-CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
+CheckpointReader::CheckpointReader(const std::string& dir, bool populate) : dir_(dir) {
   namespace fs = std::filesystem;
   const std::string index = dir + "/model.safetensors.index.json";
   const std::string single = dir + "/model.safetensors";
@@ -256,13 +262,13 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
       if (file.find('/') != std::string::npos || file.find("..") != std::string::npos)
         throw Error(index + ": weight_map." + it.key(), "shard name '" + file + "' must be a plain file name");
       auto [pos, inserted] = file_index.emplace(file, files_.size());
-      if (inserted) files_.push_back(SafetensorsFile::open(dir + "/" + file));
+      if (inserted) files_.push_back(SafetensorsFile::open(dir + "/" + file, populate));
       if (!files_[pos->second]->contains(it.key()))
         throw Error(dir + "/" + file, "tensor '" + it.key() + "' listed in the index is missing");
       where_[it.key()] = pos->second;
     }
   } else if (fs::exists(single)) {
-    files_.push_back(SafetensorsFile::open(single));
+    files_.push_back(SafetensorsFile::open(single, populate));
     for (const auto& n : files_[0]->names()) where_[n] = 0;
   } else {
     throw Error(dir, "no model.safetensors or model.safetensors.index.json in this folder");

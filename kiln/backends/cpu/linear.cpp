@@ -38,17 +38,26 @@ class WeightRows {
     if (run) *run = first_[i + 1] - r;
     return static_cast<const char*>(parts_[i].raw()) + size_t(r - first_[i]) * row_bytes();
   }
-  // Drops rows [r0, r1) of memory-mapped weights from memory (Storage::release_pages).
+  // Reads rows [r0, r1) of memory-mapped weights in before packing them (Storage::populate), and
+  // drops them from memory once packed (Storage::release_pages).
+  void populate(int64_t r0, int64_t r1) const {
+    for_ranges(r0, r1, [](Storage& s, size_t offset, size_t bytes) { s.populate(offset, bytes); });
+  }
   void release(int64_t r0, int64_t r1) const {
-    for (size_t i = 0; i < parts_.size(); ++i) {
-      const int64_t a = std::max(r0, first_[i]), b = std::min(r1, first_[i + 1]);
-      if (a < b)
-        parts_[i].storage()->release_pages(parts_[i].offset() + size_t(a - first_[i]) * row_bytes(),
-                                           size_t(b - a) * row_bytes());
-    }
+    for_ranges(r0, r1,
+               [](Storage& s, size_t offset, size_t bytes) { s.release_pages(offset, bytes); });
   }
 
  private:
+  template <typename Fn>
+  void for_ranges(int64_t r0, int64_t r1, Fn&& fn) const {
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      const int64_t a = std::max(r0, first_[i]), b = std::min(r1, first_[i + 1]);
+      if (a < b)
+        fn(*parts_[i].storage(), parts_[i].offset() + size_t(a - first_[i]) * row_bytes(),
+           size_t(b - a) * row_bytes());
+    }
+  }
   size_t part_of(int64_t r) const {
     return size_t(std::upper_bound(first_.begin(), first_.end(), r) - first_.begin() - 1);
   }
@@ -109,6 +118,7 @@ class PackedLinearImpl final : public PackedLinear {
       return;
     }
     // Rows of all parts, one after the other: one oneDNN reorder per part into its columns.
+    w.populate(0, n_);
     dnnl::stream stream(eng);
     for (int64_t r = 0; r < n_;) {
       int64_t run = 0;
@@ -138,6 +148,7 @@ class PackedLinearImpl final : public PackedLinear {
         1, int64_t((size_t(32) << 20) / (size_t(detail::kBlockN) * w.row_bytes())));
     for (int64_t g0 = 0; g0 < nblocks; g0 += group) {
       const int64_t g1 = std::min(nblocks, g0 + group);
+      w.populate(g0 * detail::kBlockN, std::min(n_, g1 * detail::kBlockN));
       pack_bf16_blocks(w, g0, g1);
       if (release_source) w.release(g0 * detail::kBlockN, std::min(n_, g1 * detail::kBlockN));
     }
@@ -225,6 +236,7 @@ std::shared_ptr<PackedLinear> PackedLinear::pack_concat(const std::vector<Tensor
   // f16, or mixed dtypes: each weight converted to f32 first (a temporary per weight).
   std::vector<Tensor> f32_parts;
   for (const Tensor& w : ws) {
+    w.storage()->populate(w.offset(), w.nbytes());
     f32_parts.push_back(w.to(DType::f32));
     if (release_source) w.storage()->release_pages(w.offset(), w.nbytes());
   }

@@ -10,7 +10,6 @@
 
 #include "kiln/backends/cpu/kernels.h"
 #include "kiln/backends/cpu/linear_dnnl.h"
-#include "kiln/backends/cpu/simd.h"
 #include "kiln/core/error.h"
 #include "kiln/core/threads.h"
 
@@ -133,7 +132,7 @@ class PackedLinearImpl final : public PackedLinear {
       w.populate(r0, r1);
       parallel_for(r1 - r0, [&](int64_t a, int64_t b) {
         for (int64_t r = r0 + a; r < r0 + b; ++r)
-          detail::load_row(w.row(r), w.dtype(), 0, k_, dst + r * k_);
+          convert(w.row(r), w.dtype(), dst + r * k_, DType::f32, k_);
       }, std::max<int64_t>(1, 4096 / k_));
       if (release_source) w.release(r0, r1);
     }

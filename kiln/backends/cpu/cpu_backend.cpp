@@ -26,8 +26,8 @@ std::shared_ptr<void> prepare_linear(const graph::Graph& g, const Node& n,
     std::vector<Tensor> ws;
     for (const auto& name : n.weight_names) ws.push_back(weights.get(name));
     const DType compute = g.node(n.inputs.at(0)).dtype;
-    // The packed copy is what runs from now on: a memory-mapped source leaves RSS as it is packed
-    // (touched pages come back from the file if a later pack or the tied embedding reads them).
+    // The packed copy is what runs from now on (a tied embedding reads it too): a memory-mapped
+    // source leaves RSS as it is packed.
     auto packed = ws.size() == 1 ? PackedLinear::pack(ws[0], compute, /*release_source=*/true)
                                  : PackedLinear::pack_concat(ws, compute, /*release_source=*/true);
     weights.add_prepared_bytes(packed->bytes());

@@ -223,6 +223,9 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
       for (Value in : node.inputs) args.push_back(values[size_t(in)]);
       Tensor out;
       if (op_info(node.op).view) {
+        // A view keeps its input's bytes: a weight bound in its stored dtype must not get here.
+        KILN_CHECK(args[0].dtype() == node.dtype, node.name, ": a ", dtype_name(node.dtype),
+                   " view of ", dtype_name(args[0].dtype()), " data");
         const size_t skip = node.op == Op::Slice ? size_t(node.i0) * dtype_size(node.dtype) : 0;
         out = Tensor(args[0].storage(), args[0].offset() + skip, node.shape, node.dtype);
       } else if (offset_[i] >= 0) {

@@ -25,7 +25,8 @@ namespace kiln::graph {
 enum class Op : uint8_t {
   // Leaves
   Input,   // fed at run time: ids, positions, masks
-  Weight,  // a model parameter, bound by name at compile time
+  Weight,  // a model parameter, bound by name at compile time, possibly in the dtype it is stored
+           // in (the ops that read it convert: packed linears, embedding), never viewed
   State,   // persistent mutable tensor bound at run time (KV cache); ops write it in place
   // Compute
   Embedding,        // (ids i32 [N], table [V, H]) -> f32 [N, H]

@@ -148,7 +148,9 @@ TEST(Linear, PortableBf16KernelMatchesReference) {
   };
   for (const Shape3 sh : {Shape3{1, 130, 70}, Shape3{2, 64, 32}, Shape3{3, 200, 1030},
                           Shape3{4, 129, 96}, Shape3{5, 70, 64}, Shape3{9, 300, 200},
-                          Shape3{100, 130, 600}}) {
+                          Shape3{100, 130, 600},
+                          // x over 3 MB in panels: the AVX2 GEMM runs it in two passes over rows.
+                          Shape3{389, 70, 2060}}) {
     const auto [M, N, K] = sh;
     const int64_t kp = detail::round_up(K, detail::kBlockK);
     const int64_t nblocks = (N + detail::kBlockN - 1) / detail::kBlockN;

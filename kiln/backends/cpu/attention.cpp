@@ -247,6 +247,7 @@ inline void qk_tile(const float* qt, int64_t ldq, const float* kf, int64_t d, fl
   for (int k = 0; k < NK; ++k)
 #pragma GCC unroll 16
     for (int i = 0; i < NR; ++i) acc[k][i] = vzero();
+#pragma GCC unroll 4
   for (int64_t x = 0; x < d; ++x) {
     VecF qv[NR];
 #pragma GCC unroll 16
@@ -275,6 +276,7 @@ inline void pv_tile(const float* pt, int64_t ldp, int64_t nk, const float* vf, i
 #pragma GCC unroll 16
     for (int i = 0; i < NV; ++i) acc[r][i] = vmul(vload(o + r * d + kLanes * i), al);
   }
+#pragma GCC unroll 4
   for (int64_t j = 0; j < nk; ++j) {
     VecF pb[NRW];
 #pragma GCC unroll 16

@@ -35,19 +35,59 @@ constexpr int64_t kGemmRows = 6;
 
 int64_t panel_count(int64_t M) { return (M + kGemmRows - 1) / kGemmRows; }
 
+#if defined(__x86_64__)
+// Panel g of x (see pack_x_panels), 8 k at a time: the panel's rows widened, transposed as an
+// 8 x 8 block whose last two rows are zero, and each column (the panel's 6 values of one k) stored.
+__attribute__((target("avx2,fma"))) void pack_x_panel(const uint16_t* xb, int64_t M, int64_t Kp,
+                                                     int64_t g, float* xp) {
+  float* dst = xp + g * Kp * kGemmRows;
+  for (int64_t k = 0; k < Kp; k += 8) {
+    __m256 r[8];
+    for (int64_t m = 0; m < 8; ++m) {
+      const int64_t row = g * kGemmRows + m;
+      r[m] = m < kGemmRows && row < M
+                 ? _mm256_castsi256_ps(_mm256_slli_epi32(
+                       _mm256_cvtepu16_epi32(_mm_loadu_si128(
+                           reinterpret_cast<const __m128i*>(xb + row * Kp + k))),
+                       16))
+                 : _mm256_setzero_ps();
+    }
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    const __m256 col[8] = {
+        _mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+        _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+        _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+        _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+    // Stored whole, in order, each store's last two lanes overwritten by the next; the panel's
+    // last 6 values without them, as the next panel may be another thread's.
+    for (int64_t j = 0; j < 7; ++j) _mm256_storeu_ps(dst + (k + j) * kGemmRows, col[j]);
+    float* last = dst + (k + 7) * kGemmRows;
+    if (k + 8 < Kp) {
+      _mm256_storeu_ps(last, col[7]);
+    } else {
+      _mm_storeu_ps(last, _mm256_castps256_ps128(col[7]));
+      _mm_storel_pi(reinterpret_cast<__m64*>(last + 4), _mm256_extractf128_ps(col[7], 1));
+    }
+  }
+}
+
 // xp[(g * Kp + k) * kGemmRows + m] = x[g * kGemmRows + m][k], rows past M zero. Split over the
-// threads: on one, the packing left the other idle for ~2.5 % of a 512 x 1024 x 3072 call.
+// threads: on one, the packing left the other idle for ~2.5 % of a 512 x 1024 x 3072 call. In
+// vectors: element by element, it took 3.4 % of a 128 x 1024 x 1024 call on one thread (now 0.9).
 void pack_x_panels(const uint16_t* xb, int64_t M, int64_t Kp, float* xp) {
+  KILN_CHECK(Kp % 8 == 0, "pack_x_panels: Kp = ", Kp, " must be a multiple of 8");
   parallel_for(panel_count(M), [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g)
-      for (int64_t m = 0; m < kGemmRows; ++m) {
-        const int64_t row = g * kGemmRows + m;
-        float* dst = xp + g * Kp * kGemmRows + m;
-        for (int64_t k = 0; k < Kp; ++k)
-          dst[k * kGemmRows] = row < M ? bf16_to_f32(xb[row * Kp + k]) : 0.f;
-      }
+    for (int64_t g = g0; g < g1; ++g) pack_x_panel(xb, M, Kp, g, xp);
   }, std::max<int64_t>(1, (int64_t(16) << 10) / (kGemmRows * Kp)));
 }
+#endif
 
 // Adds the residual, converts and stores tile values v[m][j] (columns c0 + j, clipped to N).
 void store_tile(const float* v, int64_t ldv, int64_t rows, int64_t c0, int64_t cols, int64_t N,
@@ -197,28 +237,32 @@ void block_avx2(const float* x, int64_t Kp, int64_t m0, int64_t rows, const uint
   store_tile(acc, kBlockN, rows, b * kBlockN, kBlockN, N, m0, y, y_bf16, residual);
 }
 
-// Many rows (prefill): a chunk of the block's k pairs is widened once into f32 rows of 64 columns,
-// then 6 x 16 register tiles run every row against it, 12 FMAs per 2 loads of W and 6 broadcasts
-// of x (the 4-row tiles above widen W again for every row group: ~75 GFLOP/s at M = 128 on two
-// Zen 3 cores). x comes packed in panels of 6 rows interleaved by k (pack_x_panels), so a tile's
-// six broadcasts of a k are one 24-byte run rather than six rows Kp apart, and the tiles of a
-// block of 96 rows run slice by slice, so a 16-column slice of the chunk is reused from L1: 1-10 %
+// Many rows (prefill): a chunk of the block's k pairs is widened once into f32, then 6 x 16
+// register tiles run every row against it, 12 FMAs per 2 loads of W and 6 broadcasts of x (the
+// 4-row tiles above widen W again for every row group: ~75 GFLOP/s at M = 128 on two Zen 3
+// cores). x comes packed in panels of 6 rows interleaved by k (pack_x_panels), so a tile's six
+// broadcasts of a k are one 24-byte run rather than six rows Kp apart, and the tiles of a block
+// of 96 rows run slice by slice, so a 16-column slice of the chunk is reused from L1: 1-10 %
 // faster than rows read in place, tile by tile over the whole chunk (same-process A/B on the
-// model's shapes, M = 128 and 512).
+// model's shapes, M = 128 and 512). The chunk is widened slice by slice (a slice's 256 k x 16
+// columns contiguous, 16 KiB): as rows of 64 columns, a slice's lines were 256 bytes apart and
+// fell in a quarter of L1's sets, so they could not all stay there (~15 % slower on one core).
 constexpr int64_t kGemmChunkPairs = 128;  // 256 k x 64 columns of f32: 64 KiB, in L2
 constexpr int64_t kGemmBlockGroups = 16;  // panels (of kGemmRows rows) per block of rows
+constexpr int64_t kGemmCols = 16;         // columns of a register tile (two vectors)
 
+// wf[s][k][j] = W[k0 + k][16 s + j] for the chunk's k pairs [p0, p1): slice s of 16 columns.
 __attribute__((target("avx2,fma"))) void widen_chunk(const uint16_t* wblk, int64_t p0, int64_t p1,
                                                     float* wf) {
   const __m256i high = _mm256_set1_epi32(int32_t(0xffff0000u));
+  const int64_t kn = 2 * (p1 - p0);
   for (int64_t p = p0; p < p1; ++p) {
     const uint16_t* w = wblk + p * 2 * kBlockN;
-    float* even = wf + (p - p0) * 2 * kBlockN;
-    float* odd = even + kBlockN;
     for (int v = 0; v < kBlockN / 8; ++v) {
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * v));
-      _mm256_storeu_ps(even + 8 * v, _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16)));
-      _mm256_storeu_ps(odd + 8 * v, _mm256_castsi256_ps(_mm256_and_si256(raw, high)));
+      float* even = wf + (v / 2) * kn * kGemmCols + 2 * (p - p0) * kGemmCols + 8 * (v % 2);
+      _mm256_storeu_ps(even, _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16)));
+      _mm256_storeu_ps(even + kGemmCols, _mm256_castsi256_ps(_mm256_and_si256(raw, high)));
     }
   }
 }
@@ -244,9 +288,13 @@ __attribute__((target("avx2,fma"))) void gemm_tile_avx2(const float* panel, int6
     }
   }
   const float* xk = panel + k0 * kGemmRows;
+  const float* ws = wf + (col / kGemmCols) * kn * kGemmCols;
+  // Unrolled by 4: the rolled loop (20 instructions + 5 of loop upkeep) ran a tile from L1 at
+  // ~78 % of one Zen 3 core's FMA peak, unrolled at ~96 %.
+#pragma GCC unroll 4
   for (int64_t k = 0; k < kn; ++k) {
-    const __m256 w0 = _mm256_loadu_ps(wf + k * kBlockN + col);
-    const __m256 w1 = _mm256_loadu_ps(wf + k * kBlockN + col + 8);
+    const __m256 w0 = _mm256_loadu_ps(ws + k * kGemmCols);
+    const __m256 w1 = _mm256_loadu_ps(ws + k * kGemmCols + 8);
 #pragma GCC unroll 6
     for (int m = 0; m < MR; ++m) {
       const __m256 a = _mm256_broadcast_ss(xk + k * kGemmRows + m);
@@ -261,9 +309,9 @@ __attribute__((target("avx2,fma"))) void gemm_tile_avx2(const float* panel, int6
   }
 }
 
-// All M rows (x packed in panels) against block b.
-void gemm_block_avx2(const float* xp, int64_t M, int64_t Kp, const uint16_t* wblk, int64_t b,
-                     int64_t N, void* y, bool y_bf16, const float* residual) {
+// Rows [m0, m0 + M) (x packed in panels, from the panel of row m0) against block b.
+void gemm_block_avx2(const float* xp, int64_t m0, int64_t M, int64_t Kp, const uint16_t* wblk,
+                     int64_t b, int64_t N, void* y, bool y_bf16, const float* residual) {
   auto* wf = static_cast<float*>(
       thread_scratch(kScratchWide, size_t(kGemmChunkPairs * 2 * kBlockN) * 4));
   auto* c = static_cast<float*>(thread_scratch(kScratchAcc, size_t(M * kBlockN) * 4));
@@ -272,7 +320,7 @@ void gemm_block_avx2(const float* xp, int64_t M, int64_t Kp, const uint16_t* wbl
     const int64_t p1 = std::min(Kp / 2, p0 + kGemmChunkPairs), k0 = 2 * p0, kn = 2 * (p1 - p0);
     widen_chunk(wblk, p0, p1, wf);
     for (int64_t g0 = 0; g0 < panels; g0 += kGemmBlockGroups)
-      for (int64_t col = 0; col < kBlockN; col += 16)
+      for (int64_t col = 0; col < kBlockN; col += kGemmCols)
         for (int64_t g = g0; g < std::min(panels, g0 + kGemmBlockGroups); ++g) {
           const float* panel = xp + g * Kp * kGemmRows;
           float* cg = c + g * kGemmRows * kBlockN;
@@ -286,7 +334,29 @@ void gemm_block_avx2(const float* xp, int64_t M, int64_t Kp, const uint16_t* wbl
           }
         }
   }
-  store_tile(c, kBlockN, M, b * kBlockN, kBlockN, N, 0, y, y_bf16, residual);
+  store_tile(c, kBlockN, M, b * kBlockN, kBlockN, N, m0, y, y_bf16, residual);
+}
+
+// The GEMM in passes over the rows, each a parallel loop over the weight's blocks. x is streamed
+// once per block; once x outgrew what stays in cache (6.3 MB at M = 512, K = 3072), the shapes
+// with a large K lost 10-20 %: one thread ran ~65 GFLOP/s there with x whole, ~73 in passes of
+// 2 MB (K = 1024: ~80 either way). Passes re-read the weight, so a pass is as large as it can be:
+// x of 2.1 MB whole was 2-4 % faster than in two passes (M = 512, K = 1024).
+constexpr int64_t kGemmPassBytes = int64_t(3) << 20;
+
+void gemm_avx2(const float* xp, int64_t M, int64_t Kp, const uint16_t* w, int64_t N, void* y,
+               bool y_bf16, const float* residual) {
+  const int64_t panels = panel_count(M), panel_bytes = Kp * kGemmRows * int64_t(sizeof(float));
+  const int64_t passes = (panels * panel_bytes + kGemmPassBytes - 1) / kGemmPassBytes;
+  const int64_t pass_panels = (panels + passes - 1) / passes;
+  for (int64_t g0 = 0; g0 < panels; g0 += pass_panels) {
+    const int64_t m0 = g0 * kGemmRows, rows = std::min(M, (g0 + pass_panels) * kGemmRows) - m0;
+    parallel_for_stealing((N + kBlockN - 1) / kBlockN, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b)
+        gemm_block_avx2(xp + g0 * panel_bytes / int64_t(sizeof(float)), m0, rows, Kp,
+                        w + b * Kp * kBlockN, b, N, y, y_bf16, residual);
+    });
+  }
 }
 #endif
 
@@ -310,10 +380,14 @@ void linear_bf16_portable(const uint16_t* xb, int64_t M, int64_t Kp, const uint1
   const bool gemm = avx2 && M > kRowsPerTile;
   auto* x = static_cast<float*>(thread_scratch(
       kScratchX, size_t((gemm ? panel_count(M) * kGemmRows : M) * Kp) * 4));
-  if (gemm)
+#if defined(__x86_64__)
+  if (gemm) {
     pack_x_panels(xb, M, Kp, x);
-  else
-    for (int64_t i = 0; i < M * Kp; ++i) x[i] = bf16_to_f32(xb[i]);
+    gemm_avx2(x, M, Kp, w, N, y, y_bf16, residual);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < M * Kp; ++i) x[i] = bf16_to_f32(xb[i]);
   const int64_t nblocks = (N + kBlockN - 1) / kBlockN;
   // A block (64 columns, Kp * 128 bytes) is the work item: every row group runs against it while
   // it is in L2, so each weight byte is read from memory once per call. Threads steal blocks, as
@@ -323,12 +397,6 @@ void linear_bf16_portable(const uint16_t* xb, int64_t M, int64_t Kp, const uint1
   parallel_for_stealing(nblocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const uint16_t* wblk = w + b * Kp * kBlockN;
-#if defined(__x86_64__)
-      if (gemm) {
-        gemm_block_avx2(x, M, Kp, wblk, b, N, y, y_bf16, residual);
-        continue;
-      }
-#endif
       for (int64_t m0 = 0; m0 < M; m0 += kRowsPerTile) {
         const int64_t rows = std::min(kRowsPerTile, M - m0);
 #if defined(__x86_64__)

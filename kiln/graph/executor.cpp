@@ -42,9 +42,16 @@ class OpProfile {
     }();
     return profile;
   }
-  void add(const std::string& function, Op op, double seconds) {
+  // Linears are told apart by their weight's shape (N x K), as shapes run at different speeds.
+  void add(const std::string& function, const Node& node, const std::vector<Tensor>& args,
+           double seconds) {
+    char shape[48] = "";
+    if ((node.op == Op::Linear || node.op == Op::LinearResidual) && !node.shape.empty() &&
+        !args.empty() && !args[0].shape().empty())
+      std::snprintf(shape, sizeof(shape), " %lldx%lld", static_cast<long long>(node.shape.back()),
+                    static_cast<long long>(args[0].shape().back()));
     std::lock_guard<std::mutex> lock(mu_);
-    Entry& e = entries_[function + " " + op_info(op).name];
+    Entry& e = entries_[function + " " + op_info(node.op).name + shape];
     e.seconds += seconds;
     e.calls += 1;
   }
@@ -68,7 +75,7 @@ class OpProfile {
     std::fprintf(stderr, "KILN_PROFILE: op time per run (function op: ms per run, calls per run)\n");
     for (const auto& [name, e] : rows) {
       const int64_t runs = std::max<int64_t>(1, runs_[name.substr(0, name.find(' '))]);
-      std::fprintf(stderr, "  %-32s %9.3f ms %6.1f calls\n", name.c_str(), 1e3 * e.seconds / runs,
+      std::fprintf(stderr, "  %-44s %9.3f ms %6.1f calls\n", name.c_str(), 1e3 * e.seconds / runs,
                    double(e.calls) / runs);
     }
   }
@@ -236,7 +243,7 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
       if (profile) {
         const auto t0 = std::chrono::steady_clock::now();
         backend_.run(node, prepared_[i].get(), args, out, ctx);
-        profile->add(graph_.function, node.op,
+        profile->add(graph_.function, node, args,
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       } else {
         backend_.run(node, prepared_[i].get(), args, out, ctx);

@@ -95,7 +95,20 @@ void store_tile(const float* v, int64_t ldv, int64_t rows, int64_t c0, int64_t c
   const int64_t n = std::min(cols, N - c0);
   for (int64_t m = 0; m < rows; ++m) {
     const int64_t off = (m0 + m) * N + c0;
-    for (int64_t j = 0; j < n; ++j) {
+    int64_t j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    // In vectors where the build has them: a 512 x 6144 bf16 output (gate_up at P = 512) took
+    // 0.9 ms on one thread element by element, 0.5 ms so (most of it is the write itself).
+    for (; j + 8 <= n; j += 8) {
+      __m256 s = _mm256_loadu_ps(v + m * ldv + j);
+      if (residual) s = _mm256_add_ps(s, _mm256_loadu_ps(residual + off + j));
+      if (y_bf16)
+        store_bf16x8(static_cast<uint16_t*>(y) + off + j, s);
+      else
+        _mm256_storeu_ps(static_cast<float*>(y) + off + j, s);
+    }
+#endif
+    for (; j < n; ++j) {
       float s = v[m * ldv + j];
       if (residual) s += residual[off + j];
       if (y_bf16)

@@ -352,9 +352,9 @@ void gemm_block_avx2(const float* xp, int64_t m0, int64_t M, int64_t Kp, const u
 
 // The GEMM in passes over the rows, each a parallel loop over the weight's blocks. x is streamed
 // once per block; once x outgrew what stays in cache (6.3 MB at M = 512, K = 3072), the shapes
-// with a large K lost 10-20 %: one thread ran ~65 GFLOP/s there with x whole, ~73 in passes of
-// 2 MB (K = 1024: ~80 either way). Passes re-read the weight, so a pass is as large as it can be:
-// x of 2.1 MB whole was 2-4 % faster than in two passes (M = 512, K = 1024).
+// with a large K lost 10-20 %: one thread ran 63-65 GFLOP/s there with x whole, 70-72 in passes
+// of 1.6-2 MB (K = 1024: 77-85 either way). Passes re-read the weight, so they are as few as the
+// limit allows, of equal size: x of 2.1 MB whole was 1-4 % faster than in two passes.
 constexpr int64_t kGemmPassBytes = int64_t(3) << 20;
 
 void gemm_avx2(const float* xp, int64_t M, int64_t Kp, const uint16_t* w, int64_t N, void* y,

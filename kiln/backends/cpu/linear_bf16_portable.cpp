@@ -359,15 +359,16 @@ constexpr int64_t kGemmPassBytes = int64_t(3) << 20;
 
 void gemm_avx2(const float* xp, int64_t M, int64_t Kp, const uint16_t* w, int64_t N, void* y,
                bool y_bf16, const float* residual) {
-  const int64_t panels = panel_count(M), panel_bytes = Kp * kGemmRows * int64_t(sizeof(float));
-  const int64_t passes = (panels * panel_bytes + kGemmPassBytes - 1) / kGemmPassBytes;
+  const int64_t panels = panel_count(M), panel_floats = Kp * kGemmRows;
+  const int64_t x_bytes = panels * panel_floats * int64_t(sizeof(float));
+  const int64_t passes = (x_bytes + kGemmPassBytes - 1) / kGemmPassBytes;
   const int64_t pass_panels = (panels + passes - 1) / passes;
   for (int64_t g0 = 0; g0 < panels; g0 += pass_panels) {
     const int64_t m0 = g0 * kGemmRows, rows = std::min(M, (g0 + pass_panels) * kGemmRows) - m0;
     parallel_for_stealing((N + kBlockN - 1) / kBlockN, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b)
-        gemm_block_avx2(xp + g0 * panel_bytes / int64_t(sizeof(float)), m0, rows, Kp,
-                        w + b * Kp * kBlockN, b, N, y, y_bf16, residual);
+        gemm_block_avx2(xp + g0 * panel_floats, m0, rows, Kp, w + b * Kp * kBlockN, b, N, y,
+                        y_bf16, residual);
     });
   }
 }

@@ -67,7 +67,8 @@ void run_add(const OpBackend& be, DType dt, Tol tol) {
 }
 
 void run_silu_mul(const OpBackend& be, DType dt, Tol tol) {
-  const int64_t m = 3, inter = 40;
+  // inter: the row kernel's 4-vector steps, then single vectors, then a scalar tail.
+  const int64_t m = 3, inter = 77;
   Tensor gu = random_tensor({m, 2 * inter}, DType::f32, 6, -6.f, 6.f);
   Tensor y = Tensor::empty({m, inter}, dt);
   be.silu_mul(gu, y);
@@ -84,6 +85,15 @@ void run_silu_mul(const OpBackend& be, DType dt, Tol tol) {
   be.silu(gate, s);
   be.mul(s, up, y2);
   EXPECT_TRUE(all_close(y2, to_double(y), tol)) << "unfused vs fused";
+  // bf16 gate_up, as a bf16 model's: widened in registers.
+  Tensor gub = random_tensor({m, 2 * inter}, DType::bf16, 16, -6.f, 6.f);
+  be.silu_mul(gub, y);
+  g = to_double(gub);
+  ref.clear();
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < inter; ++i)
+      ref.push_back(round_as(dt, silu_d(g[size_t(r * 2 * inter + i)]) * g[size_t(r * 2 * inter + inter + i)]));
+  EXPECT_TRUE(all_close(y, ref, tol)) << "bf16 gate_up";
 }
 
 void run_silu(const OpBackend& be, DType dt, Tol tol) {
@@ -102,6 +112,15 @@ void run_mul(const OpBackend& be, DType dt, Tol tol) {
   std::vector<double> da = to_double(a), db = to_double(b), ref;
   for (size_t i = 0; i < da.size(); ++i) ref.push_back(round_as(dt, da[i] * db[i]));
   EXPECT_TRUE(all_close(y, ref, tol));
+  // Mixed input dtypes (bf16 a, f32 b), widened in registers.
+  Tensor ab = random_tensor({3, 77}, DType::bf16, 10), bf = random_tensor({3, 77}, DType::f32, 11);
+  Tensor y3 = Tensor::empty({3, 77}, dt);
+  be.mul(ab, bf, y3);
+  da = to_double(ab);
+  db = to_double(bf);
+  ref.clear();
+  for (size_t i = 0; i < da.size(); ++i) ref.push_back(round_as(dt, da[i] * db[i]));
+  EXPECT_TRUE(all_close(y3, ref, tol)) << "bf16 x f32";
 }
 
 // x [B, T, H, D] rotated with the table rows at positions [B, T] (rotate_half convention).

@@ -1,6 +1,7 @@
 // Element-wise kernels: embedding lookup, residual add, SwiGLU and its parts, column split, KV-cache
 // write. All are memory bound: one pass, vectorised, rows split over the OpenMP pool.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/backends/cpu/kernels.h"
@@ -28,29 +29,58 @@ inline VecF vsilu(VecF g) {
 }
 #endif
 
-// y[i] = op(a[i], b[i]) over one row of n f32 values; y is act (f32 or bf16) at element offset.
-template <typename VecOp, typename ScalarOp>
-void binary_row(const float* a, const float* b, int64_t n, void* y, DType yt, int64_t y_off,
-                VecOp vop, ScalarOp sop) {
+inline float widen(float x) { return x; }
+inline float widen(bf16_t x) { return bf16_to_f32(x); }
+inline void narrow(float x, float* y) { *y = x; }
+inline void narrow(float x, bf16_t* y) { *y = f32_to_bf16(x); }
+
+// y[i] = op(a[i], b[i]) for i < n (b[i] = 0 without b), each of a, b, y f32 or bf16: widened in
+// registers, computed in f32, stored rounded.
+template <typename TA, typename TB, typename TY, typename VecOp, typename ScalarOp>
+void binary_span(const TA* a, const TB* b, int64_t n, TY* y, VecOp vop, ScalarOp sop) {
   int64_t i = 0;
 #ifdef KILN_SIMD_VEC
-  auto vec_part = [&](auto* d) {
-    for (; i + kLanes <= n; i += kLanes) vstore(d + i, vop(vload(a + i), b ? vload(b + i) : vzero()));
-  };
-  if (yt == DType::f32)
-    vec_part(static_cast<float*>(y) + y_off);
-  else
-    vec_part(static_cast<bf16_t*>(y) + y_off);
+  // Four vectors a step, interleaved: SiLU's exp is a chain of ~20 dependent operations, which one
+  // vector a step left exposed. With the inputs widened here rather than in a pass of their own,
+  // AVX2 silu_mul of a bf16 128 x 3072 on one Zen 3 core took 383 us instead of 489 (best of 6).
+  constexpr int kStep = 4;
+  for (; i + kStep * kLanes <= n; i += kStep * kLanes) {
+    VecF r[kStep];
+#pragma GCC unroll 4
+    for (int u = 0; u < kStep; ++u)
+      r[u] = vop(vload(a + i + u * kLanes), b ? vload(b + i + u * kLanes) : vzero());
+#pragma GCC unroll 4
+    for (int u = 0; u < kStep; ++u) vstore(y + i + u * kLanes, r[u]);
+  }
+  for (; i + kLanes <= n; i += kLanes)
+    vstore(y + i, vop(vload(a + i), b ? vload(b + i) : vzero()));
 #else
   (void)vop;
 #endif
-  if (yt == DType::f32) {
-    float* d = static_cast<float*>(y) + y_off;
-    for (; i < n; ++i) d[i] = sop(a[i], b ? b[i] : 0.f);
-  } else {
-    bf16_t* d = static_cast<bf16_t*>(y) + y_off;
-    for (; i < n; ++i) d[i] = f32_to_bf16(sop(a[i], b ? b[i] : 0.f));
-  }
+  for (; i < n; ++i) narrow(sop(widen(a[i]), b ? widen(b[i]) : 0.f), y + i);
+}
+
+// Calls f with t's data as float* or bf16_t* (t is act).
+template <typename T, typename F>
+decltype(auto) with_act(T* t, F&& f) {
+  using Raw = std::conditional_t<std::is_const_v<T>, const void*, void*>;
+  Raw raw = t->raw();
+  if (t->dtype() == DType::f32)
+    return f(static_cast<std::conditional_t<std::is_const_v<T>, const float*, float*>>(raw));
+  return f(static_cast<std::conditional_t<std::is_const_v<T>, const bf16_t*, bf16_t*>>(raw));
+}
+
+// y[y_off + i] = op(a[a_off + i], b[b_off + i]) for i < n; b may be null (then b[i] = 0).
+template <typename VecOp, typename ScalarOp>
+void binary_row(const Tensor& a, int64_t a_off, const Tensor* b, int64_t b_off, Tensor& y,
+                int64_t y_off, int64_t n, VecOp vop, ScalarOp sop) {
+  with_act(&a, [&](auto* pa) {
+    with_act(b ? b : &a, [&](auto* pb) {
+      with_act(&y, [&](auto* py) {
+        binary_span(pa + a_off, b ? pb + b_off : nullptr, n, py + y_off, vop, sop);
+      });
+    });
+  });
 }
 
 #ifdef KILN_SIMD_VEC
@@ -59,8 +89,7 @@ void binary_row(const float* a, const float* b, int64_t n, void* y, DType yt, in
 #define KILN_VEC_OP(expr) 0
 #endif
 
-// Runs a row-wise element-wise op over [rows, n] where inputs may be f32 or bf16 (bf16 inputs are
-// widened through a per-thread buffer).
+// Runs a row-wise element-wise op over [rows, n].
 template <typename RowFn>
 void for_rows(int64_t rows, int64_t n, RowFn fn) {
   parallel_for(
@@ -68,13 +97,6 @@ void for_rows(int64_t rows, int64_t n, RowFn fn) {
         for (int64_t r = r0; r < r1; ++r) fn(r);
       },
       min_rows(n));
-}
-
-const float* as_f32_row(const Tensor& t, int64_t offset, int64_t n, std::vector<float>& buf) {
-  if (t.dtype() == DType::f32) return t.data<float>() + offset;
-  buf.resize(size_t(n));
-  detail::load_row(t.raw(), t.dtype(), offset, n, buf.data());
-  return buf.data();
 }
 
 }  // namespace
@@ -119,8 +141,8 @@ void add(const Tensor& a, const Tensor& b, Tensor& y) {
       (n + kChunk - 1) / kChunk,
       [&](int64_t c0, int64_t c1) {
         int64_t lo = c0 * kChunk, hi = std::min(n, c1 * kChunk);
-        binary_row(pa + lo, pb + lo, hi - lo, y.raw(), DType::f32, lo,
-                   KILN_VEC_OP(vadd(va, vb)), [](float x, float z) { return x + z; });
+        binary_span(pa + lo, pb + lo, hi - lo, y.data<float>() + lo, KILN_VEC_OP(vadd(va, vb)),
+                    [](float x, float z) { return x + z; });
       },
       4);
 }
@@ -137,9 +159,7 @@ void silu_mul(const Tensor& gate_up, Tensor& y) {
     if (r + kRowsAhead < m)
       detail::prefetch_bytes(static_cast<const char*>(gate_up.raw()) + (r + kRowsAhead) * row_bytes,
                              row_bytes);
-    thread_local std::vector<float> buf;
-    const float* row = as_f32_row(gate_up, r * 2 * inter, 2 * inter, buf);
-    binary_row(row, row + inter, inter, y.raw(), y.dtype(), r * inter,
+    binary_row(gate_up, r * 2 * inter, &gate_up, r * 2 * inter + inter, y, r * inter, inter,
                KILN_VEC_OP(vmul(vsilu(va), vb)),
                [](float g, float u) { return silu_scalar(g) * u; });
   });
@@ -151,9 +171,7 @@ void silu(const Tensor& x, Tensor& y) {
   const int64_t n = x.numel();
   const int64_t cols = x.ndim() > 0 ? x.dim(-1) : 1, rows = cols > 0 ? n / cols : 0;
   for_rows(rows, cols, [&](int64_t r) {
-    thread_local std::vector<float> buf;
-    const float* row = as_f32_row(x, r * cols, cols, buf);
-    binary_row(row, nullptr, cols, y.raw(), y.dtype(), r * cols, KILN_VEC_OP(vsilu(va)),
+    binary_row(x, r * cols, nullptr, 0, y, r * cols, cols, KILN_VEC_OP(vsilu(va)),
                [](float g, float) { return silu_scalar(g); });
   });
 }
@@ -165,10 +183,7 @@ void mul(const Tensor& a, const Tensor& b, Tensor& y) {
   KILN_CHECK(b.numel() == n && y.numel() == n, "mul: element counts differ");
   const int64_t cols = a.ndim() > 0 ? a.dim(-1) : 1, rows = cols > 0 ? n / cols : 0;
   for_rows(rows, cols, [&](int64_t r) {
-    thread_local std::vector<float> ba, bb;
-    const float* pa = as_f32_row(a, r * cols, cols, ba);
-    const float* pb = as_f32_row(b, r * cols, cols, bb);
-    binary_row(pa, pb, cols, y.raw(), y.dtype(), r * cols, KILN_VEC_OP(vmul(va, vb)),
+    binary_row(a, r * cols, &b, r * cols, y, r * cols, cols, KILN_VEC_OP(vmul(va, vb)),
                [](float p, float q) { return p * q; });
   });
 }

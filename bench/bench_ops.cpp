@@ -61,7 +61,8 @@ BENCHMARK(BM_QKNormRopeCache)->ArgNames({"T", "cold"})->ArgsProduct({{1, 128, 51
 
 void BM_SiluMul(benchmark::State& state) {
   const int64_t t = state.range(0);
-  kiln::Tensor gate_up = filled({t, 2 * kInter}, kiln::DType::f32);
+  // bf16, as a bf16 model's gate_up projection writes it.
+  kiln::Tensor gate_up = filled({t, 2 * kInter}, kiln::DType::bf16);
   kiln::Tensor y = kiln::Tensor::empty({t, kInter}, kiln::DType::bf16);
   kiln::bench::CacheFlush flush(state.range(1) != 0);
   for (auto _ : state) {

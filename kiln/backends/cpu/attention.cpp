@@ -38,6 +38,8 @@ namespace kiln::cpu {
 
 namespace {
 
+using detail::widen;
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Dims {
@@ -62,14 +64,6 @@ std::vector<VisRange> visible_ranges(const Tensor& kv_mask) {
     out[size_t(i)] = {lo, hi};
   }
   return out;
-}
-
-template <typename KT>
-inline float elem(const KT* p, int64_t i) {
-  if constexpr (std::is_same_v<KT, float>)
-    return p[i];
-  else
-    return bf16_to_f32(p[i]);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -117,10 +111,10 @@ void attention_scalar(const Dims& a, const float* q, const KT* k, const KT* v, c
           float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
 #pragma omp simd reduction(+ : s0, s1, s2, s3)
           for (int64_t i = 0; i < d; ++i) {
-            s0 += qr[i] * elem(kr[0], i);
-            s1 += qr[i] * elem(kr[1], i);
-            s2 += qr[i] * elem(kr[2], i);
-            s3 += qr[i] * elem(kr[3], i);
+            s0 += qr[i] * widen(kr[0][i]);
+            s1 += qr[i] * widen(kr[1][i]);
+            s2 += qr[i] * widen(kr[2][i]);
+            s3 += qr[i] * widen(kr[3][i]);
           }
           s[e] = s0 * a.scale;  // s has room past n: the repeated last slot lands there
           s[e + 1] = s1 * a.scale;
@@ -148,8 +142,8 @@ void attention_scalar(const Dims& a, const float* q, const KT* k, const KT* v, c
           const float p0 = s[e], p1 = s[e + 1], p2 = s[e + 2], p3 = s[e + 3];
 #pragma omp simd
           for (int64_t i = 0; i < d; ++i)
-            ac[i] += p0 * elem(vr[0], i) + p1 * elem(vr[1], i) + p2 * elem(vr[2], i) +
-                     p3 * elem(vr[3], i);
+            ac[i] += p0 * widen(vr[0][i]) + p1 * widen(vr[1][i]) + p2 * widen(vr[2][i]) +
+                     p3 * widen(vr[3][i]);
         }
       }
       const float inv = lsum > 0.f ? 1.f / lsum : 0.f;  // no visible slot: 0

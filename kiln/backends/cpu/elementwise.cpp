@@ -9,7 +9,7 @@
 
 namespace kiln::cpu {
 
-using detail::is_act;
+using detail::is_act, detail::narrow, detail::widen;
 
 namespace {
 
@@ -28,11 +28,6 @@ inline VecF vsilu(VecF g) {
   return detail::vdiv(g, vadd(detail::vset1(1.f), detail::vexp(detail::vsub(vzero(), g))));
 }
 #endif
-
-inline float widen(float x) { return x; }
-inline float widen(bf16_t x) { return bf16_to_f32(x); }
-inline void narrow(float x, float* y) { *y = x; }
-inline void narrow(float x, bf16_t* y) { *y = f32_to_bf16(x); }
 
 // y[i] = op(a[i], b[i]) for i < n (b[i] = 0 without b), each of a, b, y f32 or bf16: widened in
 // registers, computed in f32, stored rounded.

@@ -35,6 +35,12 @@ namespace kiln::cpu::detail {
 
 inline bool is_act(DType t) { return t == DType::f32 || t == DType::bf16; }
 
+// One element of an act tensor (f32 or bf16) as f32, and back (bf16 rounded to nearest even).
+inline float widen(float x) { return x; }
+inline float widen(bf16_t x) { return bf16_to_f32(x); }
+inline void narrow(float x, float* y) { *y = x; }
+inline void narrow(float x, bf16_t* y) { *y = f32_to_bf16(x); }
+
 #ifdef __AVX512F__
 // 16 bf16 -> 16 f32 (exact: bf16 is the top half of an f32).
 inline __m512 load_bf16x16(const bf16_t* p) {

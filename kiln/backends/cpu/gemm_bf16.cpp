@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "kiln/backends/cpu/linear_dnnl.h"
+#include "kiln/backends/cpu/simd.h"
 #include "kiln/core/threads.h"
 
 namespace kiln::cpu::detail {
@@ -205,7 +206,7 @@ inline void store_tile(const __m512 (&acc)[R][4], const TileOut& o) {
         v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, o.res + r * o.ldc + 16 * j));
       if (o.mode == Store::kSetBf16 || o.mode == Store::kStreamBf16) {
         uint16_t* dst = static_cast<uint16_t*>(o.c) + r * o.ldc + 16 * j;
-        const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+        const __m256i h = detail::cvt_f32_bf16x16(v);
         if (o.mode == Store::kStreamBf16 && left >= 16 &&
             reinterpret_cast<uintptr_t>(dst) % 32 == 0)
           _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), h);

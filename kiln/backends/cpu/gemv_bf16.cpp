@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "kiln/backends/cpu/linear_dnnl.h"
+#include "kiln/backends/cpu/simd.h"
 #include "kiln/core/error.h"
 #include "kiln/core/threads.h"
 
@@ -75,7 +76,7 @@ inline void store_block(const __m512 (&acc)[MR][4], int64_t n0, int64_t N, void*
       __m512 v = acc[m][j];
       if (residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + off));
       if (y_bf16) {
-        __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+        __m256i h = detail::cvt_f32_bf16x16(v);
         _mm256_mask_storeu_epi16(static_cast<uint16_t*>(y) + off, mask, h);
       } else {
         _mm512_mask_storeu_ps(static_cast<float*>(y) + off, mask, v);

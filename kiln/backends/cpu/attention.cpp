@@ -1,11 +1,11 @@
 // Attention over a static KV cache with grouped-query heads, causal by slot, masked by kv_mask.
 //
 // Four paths compute the same thing (online softmax in f32, a query with no visible slot gives 0):
-//  - decode (T * group <= 8, D % 16 == 0, AVX-512 or AVX2 + FMA): work items are (batch row, kv
-//    head, slots) (AVX2: all kv heads, see its decode_chunk); the cache is split along L too
-//    (flash-decoding, per-chunk (max, sum, acc) partials merged at the end) only where batch rows x
-//    kv heads leave threads idle. This path is memory bound: it reads each K/V byte once, the q
-//    heads of a group sharing the read. Scores are computed per block of 16 slots (AVX2: 8), the
+//  - decode (T * group <= 8, D % 16 == 0, AVX-512 or AVX2 + FMA): work items are (batch row,
+//    slots), all kv heads of them (see decode_chunk); the cache is split along L too
+//    (flash-decoding, per-chunk (max, sum, acc) partials merged at the end) only where batch rows
+//    leave threads idle. This path is memory bound: it reads each K/V byte once, the q heads of a
+//    group sharing the read. Scores are computed per block of 16 slots (AVX2: 8), the
 //    online softmax updated once per 64.
 //  - prefill (AVX-512 or AVX2 + FMA): work items are (batch, kv head, block of queries); the rows
 //    of an item are all (query, q head of the group) pairs, so a group's q heads share each K/V
@@ -170,9 +170,9 @@ float* grow(std::vector<float>& v, size_t n) {
   return v.data() + (misalign ? (kLine - misalign) / sizeof(float) : 0);
 }
 
-// A decode work item: kv heads [g, g_end) of batch row b over slots [j_begin, j_end).
+// A decode work item: every kv head of batch row b over slots [j_begin, j_end).
 struct DecodeChunk {
-  int64_t b, g, g_end, j_begin, j_end;
+  int64_t b, j_begin, j_end;
   bool whole;  // covers every visible slot: normalises and writes `out` itself, no merge
 };
 
@@ -299,7 +299,6 @@ inline void pv_tile(const float* pt, int64_t ldp, int64_t nk, const float* vf, i
 
 #ifdef __AVX512F__
 
-constexpr bool kDecodeAllHeads = false;  // decode items: one kv head each
 
 // ------------------------------------------------------------------------------------------------
 // Decode path.
@@ -520,35 +519,42 @@ void score_block(const DecodeQuery& qr, int64_t d, const KT* kb, int64_t slot_st
   for (int64_t i = 0; i < rg; ++i) _mm512_store_ps(s + i * kSuperSlots, hsum16(part + i * 16));
 }
 
-// One chunk for the rg = T * G query rows of its kv head (row i is r = t * Hq + g * G + q head of
-// the group). Writes unnormalised partials pm[r], pl[r], pacc[r * D], or, for a whole chunk, the
-// normalised rows of `out`.
+// One chunk: for each of its kv heads, the rg = T * G query rows of the head (row i is
+// r = t * Hq + g * G + q head of the group). Writes unnormalised partials pm[r], pl[r],
+// pacc[r * D], or, for a whole chunk, the normalised rows of `out`. The heads are walked inside
+// each superblock of slots, whose K and V spans (a slot's rows of all heads are contiguous) are
+// first read front to back into L2 (touch_bytes), as on AVX2. Against one kv head per item with
+// prefetches of its next block (before the sixteenth session), bench_attention's model-like row
+// on the Zen 5: 48-52 -> 46 us per layer at L = 192, 395 -> 331-339 at 2048, level at 512.
 template <typename KT>
 void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                   const DecodeChunk& c, float* pm, float* pl, float* pacc, Tensor& out) {
-  const int64_t rows = a.t * a.hq, rg = a.t * a.g, g = c.g;  // rg <= 8 on this path
+  const int64_t rows = a.t * a.hq, rg = a.t * a.g;  // rg <= 8 on this path
   const float* qb = q + c.b * rows * a.d;
-  int64_t r_of[8];
-  DecodeQuery qr;
-  qr.rg = rg;
-  for (int64_t i = 0; i < rg; ++i) {
-    const int64_t r = (i / a.g) * a.hq + g * a.g + i % a.g;
-    r_of[i] = r;
-    qr.rows[i] = qb + r * a.d;
-    pm[r] = kNegInf;
-    pl[r] = 0.f;
-    std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
-  }
-  alignas(64) float s[8 * kSuperSlots];  // scores, then p, of the superblock: [row][slot]
-  float alpha[8];
-#ifdef __AVX512BF16__
-  // q rows split into bf16 hi/lo halves for the vdpbf16ps score path (bf16 cache, D % 32 == 0).
-  qr.use_dp = std::is_same_v<KT, bf16_t> && a.d % 32 == 0;
+  auto row_of = [&](int64_t g, int64_t i) { return (i / a.g) * a.hq + g * a.g + i % a.g; };
+  thread_local std::vector<DecodeQuery> queries;
   thread_local std::vector<bf16_t> qsplit_buf;
-  if (qr.use_dp) {
-    if (qsplit_buf.size() < size_t(rg * 2 * a.d)) qsplit_buf.resize(size_t(rg * 2 * a.d));
+  if (queries.size() < size_t(a.hkv)) queries.resize(size_t(a.hkv));
+  // q rows split into bf16 hi/lo halves for the vdpbf16ps score path (bf16 cache, D % 32 == 0).
+#ifdef __AVX512BF16__
+  const bool use_dp = std::is_same_v<KT, bf16_t> && a.d % 32 == 0;
+#else
+  const bool use_dp = false;
+#endif
+  if (use_dp && qsplit_buf.size() < size_t(a.hkv * rg * 2 * a.d))
+    qsplit_buf.resize(size_t(a.hkv * rg * 2 * a.d));
+  for (int64_t g = 0; g < a.hkv; ++g) {
+    DecodeQuery& qr = queries[size_t(g)];
+    qr.rg = rg;
+    qr.use_dp = use_dp;
     for (int64_t i = 0; i < rg; ++i) {
-      bf16_t* hi = qsplit_buf.data() + i * 2 * a.d;
+      const int64_t r = row_of(g, i);
+      qr.rows[i] = qb + r * a.d;
+      pm[r] = kNegInf;
+      pl[r] = 0.f;
+      std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
+      if (!use_dp) continue;
+      bf16_t* hi = qsplit_buf.data() + (g * rg + i) * 2 * a.d;
       bf16_t* lo = hi + a.d;
       for (int64_t e = 0; e < a.d; ++e) {
         hi[e] = f32_to_bf16(qr.rows[i][e]);
@@ -558,80 +564,78 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
       qr.lo[i] = lo;
     }
   }
-#endif
-  const int64_t slot_stride = a.hkv * a.d, row_bytes = a.d * int64_t(sizeof(KT));
+  alignas(64) float s[8 * kSuperSlots];  // scores, then p, of the superblock: [row][slot]
+  float alpha[8];
+  const int64_t slot_stride = a.hkv * a.d;
   for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += kSuperSlots) {
-    const int64_t ns = std::min<int64_t>(kSuperSlots, c.j_end - j0);
-    const int64_t first = (c.b * a.l + j0) * slot_stride + g * a.d;  // this head's row of slot j0
+    const int64_t ns = std::min<int64_t>(kSuperSlots, c.j_end - j0), nsub = (ns + 15) / 16;
     uint64_t base = 0;  // visible (unmasked) slots of the superblock
-    for (int64_t sb = 0; sb * 16 < ns; ++sb) {
-      const int64_t js = j0 + 16 * sb, nb = std::min<int64_t>(16, c.j_end - js);
-      const int64_t sub = first + 16 * sb * slot_stride;
-      // The next block's K and V rows of this head into L2 while this one is computed: the cache
-      // is cold after the weight stream, and the walk below is strided.
-      for (int64_t slot = 16; slot < std::min<int64_t>(32, c.j_end - js); ++slot) {
-        const char* kr = reinterpret_cast<const char*>(k + sub + slot * slot_stride);
-        const char* vr = reinterpret_cast<const char*>(v + sub + slot * slot_stride);
-        for (int64_t off = 0; off < row_bytes; off += 64) {
-          _mm_prefetch(kr + off, _MM_HINT_T1);
-          _mm_prefetch(vr + off, _MM_HINT_T1);
+    for (int64_t jj = 0; jj < ns; ++jj)
+      if (mask[c.b * a.l + j0 + jj]) base |= uint64_t(1) << jj;
+    // The superblock's K and V rows of the chunk's heads, read front to back first: the
+    // head-by-head walk below (D values of every Hkv * D slot row) leaves the hardware prefetcher
+    // idle.
+    const int64_t span = (c.b * a.l + j0) * slot_stride;
+    const int64_t span_bytes = ns * slot_stride * int64_t(sizeof(KT));
+    detail::touch_bytes(k + span, span_bytes);
+    detail::touch_bytes(v + span, span_bytes);
+    for (int64_t g = 0; g < a.hkv; ++g) {
+      const DecodeQuery& qr = queries[size_t(g)];
+      const int64_t first = (c.b * a.l + j0) * slot_stride + g * a.d;  // head g's row of slot j0
+      for (int64_t sb = 0; sb < nsub; ++sb)
+        score_block(qr, a.d, k + first + 16 * sb * slot_stride, slot_stride,
+                    uint32_t(base >> (16 * sb)) & 0xffffu, s + 16 * sb);
+      // One online-softmax update per row over the superblock; s becomes p.
+      for (int64_t i = 0; i < rg; ++i) {
+        // Causal: slots j <= slot_offset + t.
+        const int64_t r = row_of(g, i), lim = a.slot_offset + i / a.g - j0;  // last visible - j0
+        float* sp = s + i * kSuperSlots;
+        __m512 sv[kSuperSlots / 16];
+        __m512 mx = _mm512_set1_ps(kNegInf);
+        for (int64_t sb = 0; sb < nsub; ++sb) {
+          uint32_t vis = uint32_t(base >> (16 * sb)) & 0xffffu;
+          const int64_t last = lim - 16 * sb;
+          if (last < 15) vis &= last < 0 ? 0u : (2u << last) - 1u;
+          sv[sb] = _mm512_mask_mov_ps(
+              _mm512_set1_ps(kNegInf), __mmask16(vis),
+              _mm512_mul_ps(_mm512_load_ps(sp + 16 * sb), _mm512_set1_ps(a.scale)));
+          mx = _mm512_max_ps(mx, sv[sb]);
         }
+        const float m_new = std::max(pm[r], _mm512_reduce_max_ps(mx));
+        if (m_new == kNegInf) {
+          for (int64_t sb = 0; sb < nsub; ++sb) _mm512_store_ps(sp + 16 * sb, _mm512_setzero_ps());
+          alpha[i] = 1.f;
+          continue;
+        }
+        alpha[i] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t sb = 0; sb < nsub; ++sb) {
+          const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(sv[sb], _mm512_set1_ps(m_new)));
+          _mm512_store_ps(sp + 16 * sb, p);
+          sum = _mm512_add_ps(sum, p);
+        }
+        pl[r] = pl[r] * alpha[i] + _mm512_reduce_add_ps(sum);
+        pm[r] = m_new;
       }
-      uint32_t bits = 0;
-      for (int64_t jj = 0; jj < nb; ++jj)
-        if (mask[c.b * a.l + js + jj]) bits |= 1u << jj;
-      base |= uint64_t(bits) << (16 * sb);
-      score_block(qr, a.d, k + sub, slot_stride, bits, s + 16 * sb);
-    }
-    // One online-softmax update per row over the superblock; s becomes p.
-    for (int64_t i = 0; i < rg; ++i) {
-      // Causal: slots j <= slot_offset + t.
-      const int64_t r = r_of[i], lim = a.slot_offset + i / a.g - j0;  // last visible slot - j0
-      float* sp = s + i * kSuperSlots;
-      __m512 sv[kSuperSlots / 16];
-      __m512 mx = _mm512_set1_ps(kNegInf);
-      const int64_t nsub = (ns + 15) / 16;
-      for (int64_t sb = 0; sb < nsub; ++sb) {
-        uint32_t vis = uint32_t(base >> (16 * sb)) & 0xffffu;
-        const int64_t last = lim - 16 * sb;
-        if (last < 15) vis &= last < 0 ? 0u : (2u << last) - 1u;
-        sv[sb] = _mm512_mask_mov_ps(
-            _mm512_set1_ps(kNegInf), __mmask16(vis),
-            _mm512_mul_ps(_mm512_load_ps(sp + 16 * sb), _mm512_set1_ps(a.scale)));
-        mx = _mm512_max_ps(mx, sv[sb]);
+      // acc += p V (V rows streamed once), rows in pairs.
+      for (int64_t i = 0; i < rg; i += 2) {
+        const bool two = i + 1 < rg;
+        decode_pv_chunks(v + first, slot_stride, ns, base, a.d, s + i * kSuperSlots,
+                         two ? s + (i + 1) * kSuperSlots : nullptr, alpha[i],
+                         two ? alpha[i + 1] : 1.f, pacc + row_of(g, i) * a.d,
+                         two ? pacc + row_of(g, i + 1) * a.d : nullptr);
       }
-      const float m_new = std::max(pm[r], _mm512_reduce_max_ps(mx));
-      if (m_new == kNegInf) {
-        for (int64_t sb = 0; sb < nsub; ++sb) _mm512_store_ps(sp + 16 * sb, _mm512_setzero_ps());
-        alpha[i] = 1.f;
-        continue;
-      }
-      alpha[i] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
-      __m512 sum = _mm512_setzero_ps();
-      for (int64_t sb = 0; sb < nsub; ++sb) {
-        const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(sv[sb], _mm512_set1_ps(m_new)));
-        _mm512_store_ps(sp + 16 * sb, p);
-        sum = _mm512_add_ps(sum, p);
-      }
-      pl[r] = pl[r] * alpha[i] + _mm512_reduce_add_ps(sum);
-      pm[r] = m_new;
-    }
-    // acc += p V (V rows streamed once), rows in pairs.
-    for (int64_t i = 0; i < rg; i += 2) {
-      const bool two = i + 1 < rg;
-      decode_pv_chunks(v + first, slot_stride, ns, base, a.d, s + i * kSuperSlots,
-                       two ? s + (i + 1) * kSuperSlots : nullptr, alpha[i], two ? alpha[i + 1] : 1.f,
-                       pacc + r_of[i] * a.d, two ? pacc + r_of[i + 1] * a.d : nullptr);
     }
   }
   if (!c.whole) return;
-  for (int64_t i = 0; i < rg; ++i) {
-    const int64_t r = r_of[i];
-    float* acc = pacc + r * a.d;
-    const float inv = pl[r] > 0.f ? 1.f / pl[r] : 0.f;  // no visible slot: 0
-    for (int64_t e = 0; e < a.d; ++e) acc[e] *= inv;
-    detail::store_row(acc, a.d, out.raw(), out.dtype(), (c.b * rows + r) * a.d);
-  }
+  for (int64_t g = 0; g < a.hkv; ++g)
+    for (int64_t i = 0; i < rg; ++i) {
+      const int64_t r = row_of(g, i);
+      float* acc = pacc + r * a.d;
+      const float inv = pl[r] > 0.f ? 1.f / pl[r] : 0.f;  // no visible slot: 0
+      for (int64_t e = 0; e < a.d; ++e) acc[e] *= inv;
+      detail::store_row(acc, a.d, out.raw(), out.dtype(), (c.b * rows + r) * a.d);
+    }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -712,7 +716,6 @@ void pv_update(const float* pt, int64_t ldp, int64_t nk_pad, const float* vf, in
 // decode and smaller register tiles in prefill; the structure is the one above, the measurements
 // are in docs/notes/cpu-attention.md.
 
-constexpr bool kDecodeAllHeads = true;  // decode items: all kv heads of their slots
 
 // ------------------------------------------------------------------------------------------------
 // Decode kernels.
@@ -806,7 +809,7 @@ void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bi
 // r = t * Hq + g * G + q head of the group). Writes unnormalised partials pm[r], pl[r],
 // pacc[r * D], or, for a whole chunk, the normalised rows of `out`. The heads are walked inside
 // each superblock of slots, whose K and V spans (a slot's rows of all heads are contiguous) are
-// first read front to back into L2 (touch_bytes): one head per item, as with AVX-512, was 12-15 %
+// first read front to back into L2 (touch_bytes): one head per item was 12-15 %
 // slower in bench_attention's model-like row on the Zen 3, and without the read ahead the walk ran
 // at 31-41 % of a plain read of its bytes (docs/notes/cpu-attention.md). Software prefetch, of the
 // next block's rows or of the next or current superblock's span, changed nothing measurable;
@@ -817,7 +820,7 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
   const int64_t rows = a.t * a.hq, rg = a.t * a.g;  // rg <= 8 on this path
   const float* qb = q + c.b * rows * a.d;
   auto row_of = [&](int64_t g, int64_t i) { return (i / a.g) * a.hq + g * a.g + i % a.g; };
-  for (int64_t g = c.g; g < c.g_end; ++g)
+  for (int64_t g = 0; g < a.hkv; ++g)
     for (int64_t i = 0; i < rg; ++i) {
       const int64_t r = row_of(g, i);
       pm[r] = kNegInf;
@@ -838,7 +841,7 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
     const int64_t span_bytes = ns * slot_stride * int64_t(sizeof(KT));
     detail::touch_bytes(k + span, span_bytes);
     detail::touch_bytes(v + span, span_bytes);
-    for (int64_t g = c.g; g < c.g_end; ++g) {
+    for (int64_t g = 0; g < a.hkv; ++g) {
       int64_t r_of[8];
       const float* qrows[8];
       for (int64_t i = 0; i < rg; ++i) {
@@ -891,7 +894,7 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
     }
   }
   if (!c.whole) return;
-  for (int64_t g = c.g; g < c.g_end; ++g)
+  for (int64_t g = 0; g < a.hkv; ++g)
     for (int64_t i = 0; i < rg; ++i) {
       const int64_t r = row_of(g, i);
       float* acc = pacc + r * a.d;
@@ -973,16 +976,14 @@ template <typename KT>
 void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                       const std::vector<VisRange>& vis, Tensor& out) {
   const int64_t threads = num_threads();
-  // Items: (batch row, kv heads, slots), the heads one at a time (AVX-512) or all together (AVX2,
-  // see its decode_chunk). Whole head groups first (an item then writes its rows itself, no
-  // merge); the slots are split too (flash-decoding, merged below) only where batch rows x head
-  // groups leave threads idle. The threads share the items by work stealing: each starts on its
-  // own contiguous run (adjacent heads: one contiguous stretch of each K/V row), and on this VM
-  // one core is often 15-25 % slower than the other, which a static split left idle at the end (a
-  // quarter of the attention's time in OpenMP's barrier at 512 slots).
-  const int64_t heads_per_item = kDecodeAllHeads ? a.hkv : 1, groups = a.hkv / heads_per_item;
+  // Items: (batch row, slots), each for all kv heads (see decode_chunk). Whole rows first (an
+  // item then writes its rows itself, no merge); the slots are split (flash-decoding, merged
+  // below) only where batch rows leave threads idle. The threads share the items by work
+  // stealing, each starting on its own contiguous run: on the Zen 5 VM one core was often 15-25 %
+  // slower than the other, which a static split left idle at the end (a quarter of the
+  // attention's time in OpenMP's barrier at 512 slots).
   const int64_t per_batch = std::max<int64_t>(1, (2 * threads + a.b - 1) / a.b);
-  // Chunk (b, head group hg, s) is chunks[first[b] + hg * slot_chunks[b] + s].
+  // Chunk (b, s) is chunks[first[b] + s].
   std::vector<DecodeChunk> chunks;
   std::vector<int64_t> first(size_t(a.b)), slot_chunks(size_t(a.b));
   bool merge = false;
@@ -993,19 +994,16 @@ void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, c
     // Slot chunks of >= 64 slots: shorter ones cost more in merging than they save. One row's
     // items, where they outnumber the threads, come in whole rounds of them: 3 chunks on 2
     // threads (161-192 visible slots) kept one thread idle for a third of the call.
-    int64_t n = std::clamp<int64_t>((per_batch + groups - 1) / groups, 1,
-                                    std::max<int64_t>(1, (hi - lo + 63) / 64));
-    if (a.b == 1 && groups * n > threads)
-      n = std::max<int64_t>(1, groups * n / threads * threads / groups);
+    int64_t n = std::clamp<int64_t>(per_batch, 1, std::max<int64_t>(1, (hi - lo + 63) / 64));
+    if (a.b == 1 && n > threads) n = n / threads * threads;
     const int64_t len = std::max<int64_t>(16, ((hi - lo + n - 1) / n + 15) / 16 * 16);
     slot_chunks[size_t(b)] = n;
     merge = merge || n > 1;
-    for (int64_t g = 0; g < a.hkv; g += heads_per_item)
-      for (int64_t i = 0; i < n; ++i) {
-        // Empty trailing chunks (hi - lo not a multiple of len) keep the (b, hg, s) indexing.
-        const int64_t j0 = std::min(hi, lo + i * len), j1 = std::min(hi, lo + (i + 1) * len);
-        chunks.push_back({b, g, g + heads_per_item, j0, j1, n == 1});
-      }
+    for (int64_t i = 0; i < n; ++i) {
+      // Empty trailing chunks (hi - lo not a multiple of len) keep the (b, s) indexing.
+      const int64_t j0 = std::min(hi, lo + i * len), j1 = std::min(hi, lo + (i + 1) * len);
+      chunks.push_back({b, j0, j1, n == 1});
+    }
   }
   const int64_t rows = a.t * a.hq, nchunks = int64_t(chunks.size());
   // Partials live on the calling thread and are reused across calls: fresh pages cost ~10 us each.
@@ -1026,7 +1024,7 @@ void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, c
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t b = i / rows, r = i % rows, n = slot_chunks[size_t(b)];
       if (n == 1) continue;  // written by its chunk
-      const int64_t c_begin = first[size_t(b)] + (r % a.hq) / a.g / heads_per_item * n;
+      const int64_t c_begin = first[size_t(b)];
       float m = kNegInf;
       for (int64_t c = c_begin; c < c_begin + n; ++c) m = std::max(m, pm[c * rows + r]);
       std::fill(res.begin(), res.end(), 0.f);

@@ -176,17 +176,28 @@ struct DecodeChunk {
   bool whole;  // covers every visible slot: normalises and writes `out` itself, no merge
 };
 
+// The query rows of one decode work item, as the score kernels read them.
+struct DecodeQuery {
+  int64_t rg = 0;            // rows (T * G <= 8)
+  const float* rows[8] = {};  // f32 q rows
+  bool use_dp = false;       // AVX512_BF16, bf16 cache, D % 32 == 0: vdpbf16ps against q in
+                             // bf16 hi/lo halves
+  const bf16_t* hi[8] = {};
+  const bf16_t* lo[8] = {};
+};
+
 constexpr int64_t kRowsMax = 64;  // prefill: rows (query, q head) per work item
 constexpr int64_t kKeyBlock = 64;  // prefill: keys per online-softmax update
 
 using detail::VecF, detail::kLanes, detail::vload, detail::vset1, detail::vzero, detail::vstore,
-    detail::vmul, detail::vfmadd;
+    detail::vmul, detail::vfmadd, detail::vadd, detail::vsub, detail::vmax, detail::vexp,
+    detail::vreduce_max, detail::vreduce_add, detail::vselect_bits;
 
 // Slots per decode online-softmax update: scores for 4 blocks of kLanes slots, then one
 // max/exp/rescale and one pass of p V, so the update's serial reductions and acc's rescaling are
-// paid once per 64 slots (AVX-512) or 32 (AVX2, where a superblock's K and V spans are also read
-// ahead into L2: 32 kept more of that read in cache than 64, 68-75 % of a plain read against
-// 59-66 % in bench_attention's model-like row).
+// paid once per 64 slots (AVX-512) or 32 (AVX2: with the superblock's K and V spans read ahead
+// into L2, 32 kept more of that read in cache than 64 on the Zen 3, 68-75 % of a plain read
+// against 59-66 % in bench_attention's model-like row).
 constexpr int64_t kSuperSlots = 4 * kLanes;
 
 // The register tiles both ISAs use, in the build's vector (simd.h: 16 or 8 lanes). The
@@ -449,15 +460,6 @@ void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bi
   }
 }
 
-// The query rows of one decode work item, as the score kernels read them.
-struct DecodeQuery {
-  int64_t rg = 0;            // rows (T * G <= 8)
-  const float* rows[8] = {};  // f32 q rows
-  bool use_dp = false;       // bf16 cache, D % 32 == 0: vdpbf16ps against q split in hi/lo halves
-  const bf16_t* hi[8] = {};
-  const bf16_t* lo[8] = {};
-};
-
 // Unscaled scores q_i . k_j of the rows against the 16 slots of one block (K rows at kb + jj *
 // slot_stride; slots whose bit in `bits` is clear get 0) into s[i * kSuperSlots + jj]. The K block
 // is streamed once: lane partials per (row, slot), then one transposing reduction per row gives the
@@ -517,125 +519,6 @@ void score_block(const DecodeQuery& qr, int64_t d, const KT* kb, int64_t slot_st
     }
   }
   for (int64_t i = 0; i < rg; ++i) _mm512_store_ps(s + i * kSuperSlots, hsum16(part + i * 16));
-}
-
-// One chunk: for each of its kv heads, the rg = T * G query rows of the head (row i is
-// r = t * Hq + g * G + q head of the group). Writes unnormalised partials pm[r], pl[r],
-// pacc[r * D], or, for a whole chunk, the normalised rows of `out`. The heads are walked inside
-// each superblock of slots, whose K and V spans (a slot's rows of all heads are contiguous) are
-// first read front to back into L2 (touch_bytes), as on AVX2. Against one kv head per item with
-// prefetches of its next block (before the sixteenth session), bench_attention's model-like row
-// on the Zen 5: 48-52 -> 46 us per layer at L = 192, 395 -> 331-339 at 2048, level at 512.
-template <typename KT>
-void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
-                  const DecodeChunk& c, float* pm, float* pl, float* pacc, Tensor& out) {
-  const int64_t rows = a.t * a.hq, rg = a.t * a.g;  // rg <= 8 on this path
-  const float* qb = q + c.b * rows * a.d;
-  auto row_of = [&](int64_t g, int64_t i) { return (i / a.g) * a.hq + g * a.g + i % a.g; };
-  thread_local std::vector<DecodeQuery> queries;
-  thread_local std::vector<bf16_t> qsplit_buf;
-  if (queries.size() < size_t(a.hkv)) queries.resize(size_t(a.hkv));
-  // q rows split into bf16 hi/lo halves for the vdpbf16ps score path (bf16 cache, D % 32 == 0).
-#ifdef __AVX512BF16__
-  const bool use_dp = std::is_same_v<KT, bf16_t> && a.d % 32 == 0;
-#else
-  const bool use_dp = false;
-#endif
-  if (use_dp && qsplit_buf.size() < size_t(a.hkv * rg * 2 * a.d))
-    qsplit_buf.resize(size_t(a.hkv * rg * 2 * a.d));
-  for (int64_t g = 0; g < a.hkv; ++g) {
-    DecodeQuery& qr = queries[size_t(g)];
-    qr.rg = rg;
-    qr.use_dp = use_dp;
-    for (int64_t i = 0; i < rg; ++i) {
-      const int64_t r = row_of(g, i);
-      qr.rows[i] = qb + r * a.d;
-      pm[r] = kNegInf;
-      pl[r] = 0.f;
-      std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
-      if (!use_dp) continue;
-      bf16_t* hi = qsplit_buf.data() + (g * rg + i) * 2 * a.d;
-      bf16_t* lo = hi + a.d;
-      for (int64_t e = 0; e < a.d; ++e) {
-        hi[e] = f32_to_bf16(qr.rows[i][e]);
-        lo[e] = f32_to_bf16(qr.rows[i][e] - bf16_to_f32(hi[e]));
-      }
-      qr.hi[i] = hi;
-      qr.lo[i] = lo;
-    }
-  }
-  alignas(64) float s[8 * kSuperSlots];  // scores, then p, of the superblock: [row][slot]
-  float alpha[8];
-  const int64_t slot_stride = a.hkv * a.d;
-  for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += kSuperSlots) {
-    const int64_t ns = std::min<int64_t>(kSuperSlots, c.j_end - j0), nsub = (ns + 15) / 16;
-    uint64_t base = 0;  // visible (unmasked) slots of the superblock
-    for (int64_t jj = 0; jj < ns; ++jj)
-      if (mask[c.b * a.l + j0 + jj]) base |= uint64_t(1) << jj;
-    // The superblock's K and V rows of the chunk's heads, read front to back first: the
-    // head-by-head walk below (D values of every Hkv * D slot row) leaves the hardware prefetcher
-    // idle.
-    const int64_t span = (c.b * a.l + j0) * slot_stride;
-    const int64_t span_bytes = ns * slot_stride * int64_t(sizeof(KT));
-    detail::touch_bytes(k + span, span_bytes);
-    detail::touch_bytes(v + span, span_bytes);
-    for (int64_t g = 0; g < a.hkv; ++g) {
-      const DecodeQuery& qr = queries[size_t(g)];
-      const int64_t first = (c.b * a.l + j0) * slot_stride + g * a.d;  // head g's row of slot j0
-      for (int64_t sb = 0; sb < nsub; ++sb)
-        score_block(qr, a.d, k + first + 16 * sb * slot_stride, slot_stride,
-                    uint32_t(base >> (16 * sb)) & 0xffffu, s + 16 * sb);
-      // One online-softmax update per row over the superblock; s becomes p.
-      for (int64_t i = 0; i < rg; ++i) {
-        // Causal: slots j <= slot_offset + t.
-        const int64_t r = row_of(g, i), lim = a.slot_offset + i / a.g - j0;  // last visible - j0
-        float* sp = s + i * kSuperSlots;
-        __m512 sv[kSuperSlots / 16];
-        __m512 mx = _mm512_set1_ps(kNegInf);
-        for (int64_t sb = 0; sb < nsub; ++sb) {
-          uint32_t vis = uint32_t(base >> (16 * sb)) & 0xffffu;
-          const int64_t last = lim - 16 * sb;
-          if (last < 15) vis &= last < 0 ? 0u : (2u << last) - 1u;
-          sv[sb] = _mm512_mask_mov_ps(
-              _mm512_set1_ps(kNegInf), __mmask16(vis),
-              _mm512_mul_ps(_mm512_load_ps(sp + 16 * sb), _mm512_set1_ps(a.scale)));
-          mx = _mm512_max_ps(mx, sv[sb]);
-        }
-        const float m_new = std::max(pm[r], _mm512_reduce_max_ps(mx));
-        if (m_new == kNegInf) {
-          for (int64_t sb = 0; sb < nsub; ++sb) _mm512_store_ps(sp + 16 * sb, _mm512_setzero_ps());
-          alpha[i] = 1.f;
-          continue;
-        }
-        alpha[i] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
-        __m512 sum = _mm512_setzero_ps();
-        for (int64_t sb = 0; sb < nsub; ++sb) {
-          const __m512 p = detail::exp512_masked_inf(_mm512_sub_ps(sv[sb], _mm512_set1_ps(m_new)));
-          _mm512_store_ps(sp + 16 * sb, p);
-          sum = _mm512_add_ps(sum, p);
-        }
-        pl[r] = pl[r] * alpha[i] + _mm512_reduce_add_ps(sum);
-        pm[r] = m_new;
-      }
-      // acc += p V (V rows streamed once), rows in pairs.
-      for (int64_t i = 0; i < rg; i += 2) {
-        const bool two = i + 1 < rg;
-        decode_pv_chunks(v + first, slot_stride, ns, base, a.d, s + i * kSuperSlots,
-                         two ? s + (i + 1) * kSuperSlots : nullptr, alpha[i],
-                         two ? alpha[i + 1] : 1.f, pacc + row_of(g, i) * a.d,
-                         two ? pacc + row_of(g, i + 1) * a.d : nullptr);
-      }
-    }
-  }
-  if (!c.whole) return;
-  for (int64_t g = 0; g < a.hkv; ++g)
-    for (int64_t i = 0; i < rg; ++i) {
-      const int64_t r = row_of(g, i);
-      float* acc = pacc + r * a.d;
-      const float inv = pl[r] > 0.f ? 1.f / pl[r] : 0.f;  // no visible slot: 0
-      for (int64_t e = 0; e < a.d; ++e) acc[e] *= inv;
-      detail::store_row(acc, a.d, out.raw(), out.dtype(), (c.b * rows + r) * a.d);
-    }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -768,12 +651,12 @@ void score_block8(const float* const* qrows, int64_t d, const KT* kb, int64_t sl
 }
 
 template <typename KT>
-void score_block(int64_t rg, const float* const* qrows, int64_t d, const KT* kb,
-                 int64_t slot_stride, uint32_t bits, float* s) {
-  switch (rg) {
+void score_block(const DecodeQuery& qr, int64_t d, const KT* kb, int64_t slot_stride,
+                 uint32_t bits, float* s) {
+  switch (qr.rg) {
 #define KILN_SC_CASE(n) \
   case n:               \
-    score_block8<n>(qrows, d, kb, slot_stride, bits, s); \
+    score_block8<n>(qr.rows, d, kb, slot_stride, bits, s); \
     break;
     KILN_SC_CASE(1) KILN_SC_CASE(2) KILN_SC_CASE(3) KILN_SC_CASE(4)
     KILN_SC_CASE(5) KILN_SC_CASE(6) KILN_SC_CASE(7) KILN_SC_CASE(8)
@@ -803,105 +686,6 @@ void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bi
 #undef KILN_PV_CASE
     }
   }
-}
-
-// One chunk: for each of its kv heads, the rg = T * G query rows of the head (row i is
-// r = t * Hq + g * G + q head of the group). Writes unnormalised partials pm[r], pl[r],
-// pacc[r * D], or, for a whole chunk, the normalised rows of `out`. The heads are walked inside
-// each superblock of slots, whose K and V spans (a slot's rows of all heads are contiguous) are
-// first read front to back into L2 (touch_bytes): one head per item was 12-15 %
-// slower in bench_attention's model-like row on the Zen 3, and without the read ahead the walk ran
-// at 31-41 % of a plain read of its bytes (docs/notes/cpu-attention.md). Software prefetch, of the
-// next block's rows or of the next or current superblock's span, changed nothing measurable;
-// reading the next superblock while computing this one was slower than reading this one first.
-template <typename KT>
-void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
-                  const DecodeChunk& c, float* pm, float* pl, float* pacc, Tensor& out) {
-  const int64_t rows = a.t * a.hq, rg = a.t * a.g;  // rg <= 8 on this path
-  const float* qb = q + c.b * rows * a.d;
-  auto row_of = [&](int64_t g, int64_t i) { return (i / a.g) * a.hq + g * a.g + i % a.g; };
-  for (int64_t g = 0; g < a.hkv; ++g)
-    for (int64_t i = 0; i < rg; ++i) {
-      const int64_t r = row_of(g, i);
-      pm[r] = kNegInf;
-      pl[r] = 0.f;
-      std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
-    }
-  alignas(32) float s[8 * kSuperSlots];  // scores, then p, of the superblock: [row][slot]
-  float alpha[8];
-  const int64_t slot_stride = a.hkv * a.d;
-  for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += kSuperSlots) {
-    const int64_t ns = std::min<int64_t>(kSuperSlots, c.j_end - j0), nsub = (ns + 7) / 8;
-    uint64_t base = 0;  // visible (unmasked) slots of the superblock
-    for (int64_t jj = 0; jj < ns; ++jj)
-      if (mask[c.b * a.l + j0 + jj]) base |= uint64_t(1) << jj;
-    // The superblock's K and V rows of all heads, contiguous: read front to back first, since the
-    // head-by-head walk below (256 B of every 2 KB slot row) leaves the hardware prefetcher idle.
-    const int64_t span = (c.b * a.l + j0) * slot_stride;
-    const int64_t span_bytes = ns * slot_stride * int64_t(sizeof(KT));
-    detail::touch_bytes(k + span, span_bytes);
-    detail::touch_bytes(v + span, span_bytes);
-    for (int64_t g = 0; g < a.hkv; ++g) {
-      int64_t r_of[8];
-      const float* qrows[8];
-      for (int64_t i = 0; i < rg; ++i) {
-        r_of[i] = row_of(g, i);
-        qrows[i] = qb + r_of[i] * a.d;
-      }
-      const int64_t first = (c.b * a.l + j0) * slot_stride + g * a.d;  // head g's row of slot j0
-      for (int64_t sb = 0; sb < nsub; ++sb)
-        score_block(rg, qrows, a.d, k + first + 8 * sb * slot_stride, slot_stride,
-                    uint32_t(base >> (8 * sb)) & 0xffu, s + 8 * sb);
-      // One online-softmax update per row over the superblock; s becomes p.
-      for (int64_t i = 0; i < rg; ++i) {
-        // Causal: slots j <= slot_offset + t.
-        const int64_t r = r_of[i], lim = a.slot_offset + i / a.g - j0;  // last visible slot - j0
-        float* sp = s + i * kSuperSlots;
-        __m256 sv[kSuperSlots / 8];
-        __m256 mx = _mm256_set1_ps(kNegInf);
-        for (int64_t sb = 0; sb < nsub; ++sb) {
-          uint32_t vis = uint32_t(base >> (8 * sb)) & 0xffu;
-          const int64_t last = lim - 8 * sb;
-          if (last < 7) vis &= last < 0 ? 0u : (2u << last) - 1u;
-          const __m256 scaled = _mm256_mul_ps(_mm256_load_ps(sp + 8 * sb), _mm256_set1_ps(a.scale));
-          sv[sb] = _mm256_blendv_ps(_mm256_set1_ps(kNegInf), scaled, detail::lanes_of_bits8(vis));
-          mx = _mm256_max_ps(mx, sv[sb]);
-        }
-        const float m_new = std::max(pm[r], detail::hmax256(mx));
-        if (m_new == kNegInf) {
-          for (int64_t sb = 0; sb < nsub; ++sb) _mm256_store_ps(sp + 8 * sb, _mm256_setzero_ps());
-          alpha[i] = 1.f;
-          continue;
-        }
-        alpha[i] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
-        __m256 sum = _mm256_setzero_ps();
-        for (int64_t sb = 0; sb < nsub; ++sb) {
-          const __m256 p = detail::exp256(_mm256_sub_ps(sv[sb], _mm256_set1_ps(m_new)));
-          _mm256_store_ps(sp + 8 * sb, p);
-          sum = _mm256_add_ps(sum, p);
-        }
-        pl[r] = pl[r] * alpha[i] + detail::hsum256(sum);
-        pm[r] = m_new;
-      }
-      // acc += p V (V rows streamed once per D chunk, from L1), rows in pairs.
-      for (int64_t i = 0; i < rg; i += 2) {
-        const bool two = i + 1 < rg;
-        decode_pv_chunks(v + first, slot_stride, ns, base, a.d, s + i * kSuperSlots,
-                         two ? s + (i + 1) * kSuperSlots : nullptr, alpha[i],
-                         two ? alpha[i + 1] : 1.f, pacc + r_of[i] * a.d,
-                         two ? pacc + r_of[i + 1] * a.d : nullptr);
-      }
-    }
-  }
-  if (!c.whole) return;
-  for (int64_t g = 0; g < a.hkv; ++g)
-    for (int64_t i = 0; i < rg; ++i) {
-      const int64_t r = row_of(g, i);
-      float* acc = pacc + r * a.d;
-      const float inv = pl[r] > 0.f ? 1.f / pl[r] : 0.f;  // no visible slot: 0
-      for (int64_t e = 0; e < a.d; ++e) acc[e] *= inv;
-      detail::store_row(acc, a.d, out.raw(), out.dtype(), (c.b * rows + r) * a.d);
-    }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -972,6 +756,130 @@ void softmax_update(float* st, int64_t ld, int64_t nk_pad, int64_t c0, float* m,
 #endif
 
 #ifdef KILN_SIMD_VEC
+// One chunk: for each kv head, the rg = T * G query rows of the head (row i is
+// r = t * Hq + g * G + q head of the group). Writes unnormalised partials pm[r], pl[r],
+// pacc[r * D], or, for a whole chunk, the normalised rows of `out`. Scores come per block of
+// kLanes slots (score_block, per ISA), the online softmax is updated once per superblock. The heads
+// are walked inside each superblock, whose K and V spans (a slot's rows of all heads are
+// contiguous) are first read front to back into L2 (touch_bytes): without the read ahead the walk
+// (D values of every Hkv * D slot row) leaves the hardware prefetcher idle and ran at 31-41 % of a
+// plain read of its bytes on the Zen 3; one head per item was 12-15 % slower there, and on the
+// Zen 5 (bench_attention's model-like row) 48-52 against 46 us per layer at L = 192, 395 against
+// 331-339 at 2048. Software prefetch, of the next block's rows or of the next or current
+// superblock's span, changed nothing measurable on the Zen 3; reading the next superblock while
+// computing this one was slower than reading this one first (docs/notes/cpu-attention.md).
+template <typename KT>
+void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
+                  const DecodeChunk& c, float* pm, float* pl, float* pacc, Tensor& out) {
+  const int64_t rows = a.t * a.hq, rg = a.t * a.g;  // rg <= 8 on this path
+  const float* qb = q + c.b * rows * a.d;
+  auto row_of = [&](int64_t g, int64_t i) { return (i / a.g) * a.hq + g * a.g + i % a.g; };
+  thread_local std::vector<DecodeQuery> queries;
+  thread_local std::vector<bf16_t> qsplit_buf;
+  if (queries.size() < size_t(a.hkv)) queries.resize(size_t(a.hkv));
+#ifdef __AVX512BF16__
+  const bool use_dp = std::is_same_v<KT, bf16_t> && a.d % 32 == 0;
+#else
+  const bool use_dp = false;
+#endif
+  if (use_dp && qsplit_buf.size() < size_t(a.hkv * rg * 2 * a.d))
+    qsplit_buf.resize(size_t(a.hkv * rg * 2 * a.d));
+  for (int64_t g = 0; g < a.hkv; ++g) {
+    DecodeQuery& qr = queries[size_t(g)];
+    qr.rg = rg;
+    qr.use_dp = use_dp;
+    for (int64_t i = 0; i < rg; ++i) {
+      const int64_t r = row_of(g, i);
+      qr.rows[i] = qb + r * a.d;
+      pm[r] = kNegInf;
+      pl[r] = 0.f;
+      std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
+      if (!use_dp) continue;
+      bf16_t* hi = qsplit_buf.data() + (g * rg + i) * 2 * a.d;
+      bf16_t* lo = hi + a.d;
+      for (int64_t e = 0; e < a.d; ++e) {
+        hi[e] = f32_to_bf16(qr.rows[i][e]);
+        lo[e] = f32_to_bf16(qr.rows[i][e] - bf16_to_f32(hi[e]));
+      }
+      qr.hi[i] = hi;
+      qr.lo[i] = lo;
+    }
+  }
+  alignas(64) float s[8 * kSuperSlots];  // scores, then p, of the superblock: [row][slot]
+  float alpha[8];
+  constexpr uint32_t kBlockBits = (1u << kLanes) - 1u;
+  const int64_t slot_stride = a.hkv * a.d;
+  for (int64_t j0 = c.j_begin; j0 < c.j_end; j0 += kSuperSlots) {
+    const int64_t ns = std::min<int64_t>(kSuperSlots, c.j_end - j0), nsub = (ns + kLanes - 1) / kLanes;
+    uint64_t base = 0;  // visible (unmasked) slots of the superblock
+    for (int64_t jj = 0; jj < ns; ++jj)
+      if (mask[c.b * a.l + j0 + jj]) base |= uint64_t(1) << jj;
+    const int64_t span = (c.b * a.l + j0) * slot_stride;
+    const int64_t span_bytes = ns * slot_stride * int64_t(sizeof(KT));
+    detail::touch_bytes(k + span, span_bytes);
+    detail::touch_bytes(v + span, span_bytes);
+    for (int64_t g = 0; g < a.hkv; ++g) {
+      const DecodeQuery& qr = queries[size_t(g)];
+      const int64_t first = (c.b * a.l + j0) * slot_stride + g * a.d;  // head g's row of slot j0
+      for (int64_t sb = 0; sb < nsub; ++sb)
+        score_block(qr, a.d, k + first + kLanes * sb * slot_stride, slot_stride,
+                    uint32_t(base >> (kLanes * sb)) & kBlockBits, s + kLanes * sb);
+      // One online-softmax update per row over the superblock; s becomes p.
+      for (int64_t i = 0; i < rg; ++i) {
+        // Causal: slots j <= slot_offset + t.
+        const int64_t r = row_of(g, i), lim = a.slot_offset + i / a.g - j0;  // last visible - j0
+        float* sp = s + i * kSuperSlots;
+        VecF sv[kSuperSlots / kLanes];
+        uint32_t vis[kSuperSlots / kLanes];
+        VecF mx = vset1(kNegInf);
+        for (int64_t sb = 0; sb < nsub; ++sb) {
+          vis[sb] = uint32_t(base >> (kLanes * sb)) & kBlockBits;
+          const int64_t last = lim - kLanes * sb;
+          if (last < kLanes - 1) vis[sb] &= last < 0 ? 0u : (2u << last) - 1u;
+          sv[sb] = vselect_bits(vis[sb], vmul(vload(sp + kLanes * sb),
+                                                              vset1(a.scale)),
+                                        vset1(kNegInf));
+          mx = vmax(mx, sv[sb]);
+        }
+        const float m_new = std::max(pm[r], vreduce_max(mx));
+        if (m_new == kNegInf) {
+          for (int64_t sb = 0; sb < nsub; ++sb) vstore(sp + kLanes * sb, vzero());
+          alpha[i] = 1.f;
+          continue;
+        }
+        alpha[i] = pm[r] == kNegInf ? 0.f : std::exp(pm[r] - m_new);
+        VecF sum = vzero();
+        for (int64_t sb = 0; sb < nsub; ++sb) {
+          // Hidden slots (-inf) get exactly 0.
+          const VecF p = vselect_bits(
+              vis[sb], vexp(vsub(sv[sb], vset1(m_new))), vzero());
+          vstore(sp + kLanes * sb, p);
+          sum = vadd(sum, p);
+        }
+        pl[r] = pl[r] * alpha[i] + vreduce_add(sum);
+        pm[r] = m_new;
+      }
+      // acc += p V (V rows streamed once per D chunk, from L1), rows in pairs.
+      for (int64_t i = 0; i < rg; i += 2) {
+        const bool two = i + 1 < rg;
+        decode_pv_chunks(v + first, slot_stride, ns, base, a.d, s + i * kSuperSlots,
+                         two ? s + (i + 1) * kSuperSlots : nullptr, alpha[i],
+                         two ? alpha[i + 1] : 1.f, pacc + row_of(g, i) * a.d,
+                         two ? pacc + row_of(g, i + 1) * a.d : nullptr);
+      }
+    }
+  }
+  if (!c.whole) return;
+  for (int64_t g = 0; g < a.hkv; ++g)
+    for (int64_t i = 0; i < rg; ++i) {
+      const int64_t r = row_of(g, i);
+      float* acc = pacc + r * a.d;
+      const float inv = pl[r] > 0.f ? 1.f / pl[r] : 0.f;  // no visible slot: 0
+      for (int64_t e = 0; e < a.d; ++e) acc[e] *= inv;
+      detail::store_row(acc, a.d, out.raw(), out.dtype(), (c.b * rows + r) * a.d);
+    }
+}
+
 template <typename KT>
 void attention_decode(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                       const std::vector<VisRange>& vis, Tensor& out) {

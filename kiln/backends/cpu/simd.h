@@ -222,6 +222,8 @@ inline VecF vmax(VecF a, VecF b) { return _mm512_max_ps(a, b); }
 inline float vreduce_max(VecF v) { return _mm512_reduce_max_ps(v); }
 inline float vreduce_add(VecF v) { return _mm512_reduce_add_ps(v); }
 inline VecF vexp(VecF x) { return exp512(x); }
+// Lane i: a where bit i of `bits` is set, else b.
+inline VecF vselect_bits(uint32_t bits, VecF a, VecF b) { return _mm512_mask_mov_ps(b, __mmask16(bits), a); }
 inline VecF vround_bf16(VecF v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(cvt_f32_bf16x16(v)), 16));
 }
@@ -244,6 +246,7 @@ inline VecF vmax(VecF a, VecF b) { return _mm256_max_ps(a, b); }
 inline float vreduce_max(VecF v) { return hmax256(v); }
 inline float vreduce_add(VecF v) { return hsum256(v); }
 inline VecF vexp(VecF x) { return exp256(x); }
+inline VecF vselect_bits(uint32_t bits, VecF a, VecF b) { return _mm256_blendv_ps(b, a, lanes_of_bits8(bits)); }
 inline VecF vround_bf16(VecF v) { return round_bf16x8(v); }
 #endif
 

@@ -310,7 +310,6 @@ inline void pv_tile(const float* pt, int64_t ldp, int64_t nk, const float* vf, i
 
 #ifdef __AVX512F__
 
-
 // ------------------------------------------------------------------------------------------------
 // Decode path.
 
@@ -598,7 +597,6 @@ void pv_update(const float* pt, int64_t ldp, int64_t nk_pad, const float* vf, in
 // The AVX2 + FMA forms (no AVX-512): 8-lane vectors and 16 registers, so blocks of 8 slots in
 // decode and smaller register tiles in prefill; the structure is the one above, the measurements
 // are in docs/notes/cpu-attention.md.
-
 
 // ------------------------------------------------------------------------------------------------
 // Decode kernels.

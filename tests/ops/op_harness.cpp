@@ -63,15 +63,17 @@ double round_as(DType dtype, double v) {
 }
 
 ::testing::AssertionResult all_close(const std::vector<double>& actual,
-                                     const std::vector<double>& expected, Tol tol) {
-  if (actual.size() != expected.size())
-    return ::testing::AssertionFailure()
-           << "size " << actual.size() << " != expected size " << expected.size();
+                                     const std::vector<double>& expected, Tol tol,
+                                     const std::vector<double>& slack) {
+  if (actual.size() != expected.size() || (!slack.empty() && slack.size() != expected.size()))
+    return ::testing::AssertionFailure() << "size " << actual.size() << " != expected size "
+                                         << expected.size() << " (slack " << slack.size() << ")";
   int64_t bad = 0, first_bad = -1, worst = -1;
   double worst_excess = 0;
   for (size_t i = 0; i < actual.size(); ++i) {
     const double err = std::abs(actual[i] - expected[i]);
-    const double allowed = tol.atol + tol.rtol * std::abs(expected[i]);
+    const double allowed =
+        tol.atol + tol.rtol * std::abs(expected[i]) + (slack.empty() ? 0.0 : slack[i]);
     if (!(err <= allowed)) {  // also catches NaN
       ++bad;
       if (first_bad < 0) first_bad = int64_t(i);

@@ -93,12 +93,16 @@ inline float bf16_round(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 // Rounds a double reference the way storing it in `dtype` would.
 double round_as(DType dtype, double v);
 
-// Compares element-wise; on failure names the first bad index, the max error and a few values.
+// Compares element-wise (|actual - expected| <= atol + rtol |expected| + slack[i], where slack,
+// if not empty, is a per-element error bound the op's definition allows on top); on failure names
+// the first bad index, the max error and a few values.
 ::testing::AssertionResult all_close(const std::vector<double>& actual,
-                                     const std::vector<double>& expected, Tol tol);
+                                     const std::vector<double>& expected, Tol tol,
+                                     const std::vector<double>& slack = {});
 inline ::testing::AssertionResult all_close(const Tensor& actual,
-                                            const std::vector<double>& expected, Tol tol) {
-  return all_close(to_double(actual), expected, tol);
+                                            const std::vector<double>& expected, Tol tol,
+                                            const std::vector<double>& slack = {}) {
+  return all_close(to_double(actual), expected, tol, slack);
 }
 // Bit-for-bit equality of two tensors of one dtype.
 ::testing::AssertionResult bitwise_equal(const Tensor& a, const Tensor& b);

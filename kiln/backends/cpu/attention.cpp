@@ -15,10 +15,10 @@
 //  - prefill through GEMMs (bf16 cache, T >= 32, AVX512_BF16): per batch row, K and V are packed
 //    once as kiln's bf16 GEMM's B panels; a work item (kv head, block of 32 queries) computes
 //    S = Q K^T and O = P V with that GEMM (the G q heads of a group are rows of one matrix) and the
-//    masked softmax between them in f32, with Q and P split into bf16 hi/lo halves so the result
-//    stays f32-accurate. 3-4x the f32 kernel above at the lengths that matter
-//    (docs/notes/cpu-attention.md); keys past a block's last query are skipped, so the causal waste
-//    is the diagonal block only.
+//    masked softmax between them in f32. Q and P are rounded once to bf16 for the GEMMs, as K and
+//    V are stored (see below for why that is the bf16 contract); 5-6x the f32 kernel above at the
+//    lengths that matter (docs/notes/cpu-attention.md); keys past a block's last query are
+//    skipped, so the causal waste is the diagonal block only.
 //  - scalar: any D and any ISA; one query row at a time.
 // Only slots [first visible, min(last visible + 1, slot_offset + T)) are read, so a decode step
 // against a partly filled cache streams only the filled part.
@@ -1046,11 +1046,14 @@ void attention_prefill(const Dims& a, const float* q, const KT* k, const KT* v,
 // ------------------------------------------------------------------------------------------------
 // Prefill through bf16 GEMMs (AVX512_BF16 builds).
 //
-// K and V are bf16 in the cache, so only Q and P need rounding for a bf16 GEMM. Each is split into
-// hi = bf16(x) and lo = bf16(x - hi) (~16 significant bits together), so S = Q K^T and O = P V come
-// out f32-accurate (like the decode path's split q) for twice the FLOPs, which the GEMM's 6x speed
-// over the f32 kernel pays for. Q's halves are the two halves of one row against K packed twice
-// ([q_hi | q_lo] . [k | k]: S comes out summed); P's are separate rows, O's two rows summed after.
+// K and V are bf16 in the cache; Q (pre-scaled) and P = exp(S - max) are rounded once to bf16 for
+// S = Q K^T and O = P V, which accumulate in f32, and the softmax between them runs in f32. That is
+// the precision of the tensors a bf16 model stores around attention (Transformers' bf16 attention
+// also takes bf16 Q and P, and rounds S and O to bf16 as well), and the error it adds is of the
+// order of the output's own bf16 rounding: tests/ops/attention_test.cpp bounds it element by
+// element. O is divided by the sum of the rounded P, so each row's weights still sum to 1.
+// (Until the seventeenth session Q and P were split into bf16 hi/lo halves to stay f32-class, for
+// twice the FLOPs: a third of this path's time; docs/notes/cpu-attention.md.)
 //
 // The GEMMs are kiln's own (gemm_bf16_packed) on K and V packed once per batch row as its B
 // panels, and one work item (kv head, block of queries) runs S, the softmax and O on one thread:
@@ -1066,23 +1069,14 @@ constexpr int64_t kPanel = detail::kBlockN;  // columns of a packed B panel
 // Scratch slots of detail::thread_scratch (0-2 belong to linear and gemm, 9-10 to gemm_bf16).
 enum GemmScratch { kScratchK = 3, kScratchV, kScratchQ, kScratchS, kScratchP, kScratchO };
 
-// Writes x as hi = bf16(x) and lo = bf16(x - hi) (masked lanes).
-inline void store_split_bf16(bf16_t* hi, bf16_t* lo, __m512 x, __mmask16 m) {
-  const __m256i h = detail::cvt_f32_bf16x16(x);
-  const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  _mm256_mask_storeu_epi16(hi, m, h);
-  detail::store_bf16x16_masked(lo, _mm512_sub_ps(x, back), m);
-}
-
 inline __mmask16 lanes_below(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
 }
 
-// One query row: scores s over n keys, of which keys [0, causal) with km != 0 are
-// visible. Writes p = exp(s - max) for visible keys and 0 elsewhere, split into p_hi and p_lo, and
-// returns the sum of p (0 when no key is visible).
-float masked_softmax_row(const float* s, const int32_t* km, int64_t causal, int64_t n,
-                         bf16_t* p_hi, bf16_t* p_lo) {
+// One query row: scores s over n keys, of which keys [0, causal) with km != 0 are visible. Writes
+// p = bf16(exp(s - max)) for visible keys and 0 elsewhere, and returns the sum of the rounded p
+// (0 when no key is visible).
+float masked_softmax_row(const float* s, const int32_t* km, int64_t causal, int64_t n, bf16_t* p) {
   const __m512i zero = _mm512_setzero_si512();
   auto visible = [&](int64_t j) {
     const __mmask16 tail = lanes_below(causal - j);
@@ -1102,13 +1096,13 @@ float masked_softmax_row(const float* s, const int32_t* km, int64_t causal, int6
     for (; j < causal; j += 16) {
       const __mmask16 vis = visible(j);
       const __m512 e = _mm512_maskz_mov_ps(vis, detail::exp512(_mm512_sub_ps(score(j, vis), vm)));
-      vsum = _mm512_add_ps(vsum, e);
-      store_split_bf16(p_hi + j, p_lo + j, e, lanes_below(causal - j));
+      const __m256i h = detail::cvt_f32_bf16x16(e);
+      _mm256_mask_storeu_epi16(p + j, lanes_below(causal - j), h);
+      vsum = _mm512_add_ps(vsum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
     }
     j = causal;
   }
-  std::fill(p_hi + j, p_hi + n, bf16_t(0));
-  std::fill(p_lo + j, p_lo + n, bf16_t(0));
+  std::fill(p + j, p + n, bf16_t(0));
   return _mm512_reduce_add_ps(vsum);
 }
 
@@ -1121,9 +1115,8 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
     const int64_t hi = std::max(lo, std::min(vis[size_t(b)].hi, a.slot_offset + a.t));
     const int64_t lfull = hi - lo;
     const int32_t* km = mask + b * a.l + lo;
-    // This row's visible slots [lo, hi) of each kv head, packed as the two GEMMs' B panels: K's
-    // with each panel's D / 2 k pairs twice (for [q_hi | q_lo]), V's once.
-    const int64_t k_panel = 2 * D * kPanel;
+    // This row's visible slots [lo, hi) of each kv head, packed as the two GEMMs' B panels.
+    const int64_t k_panel = D * kPanel;
     const int64_t k_head = (std::max<int64_t>(lfull, 1) + kPanel - 1) / kPanel * k_panel;
     const int64_t v_pairs = (std::max<int64_t>(lfull, 1) + 1) / 2;
     const int64_t v_panel = v_pairs * 2 * kPanel;
@@ -1138,13 +1131,10 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
         const int64_t first = (b * a.l + lo) * slot_stride + h * D;
         auto* kh = reinterpret_cast<uint16_t*>(kp + h * k_head);
         auto* vh = reinterpret_cast<uint16_t*>(vp + h * v_head);
-        for (int64_t j = 0; j * kPanel < lfull; ++j) {
-          uint16_t* panel = kh + j * k_panel;
-          const bf16_t* keys = k + first + j * kPanel * slot_stride;
-          detail::pack_b_panels(reinterpret_cast<const uint16_t*>(keys), slot_stride, true, D,
-                                std::min(kPanel, lfull - j * kPanel), panel);
-          std::memcpy(panel + D * kPanel, panel, size_t(D * kPanel) * 2);
-        }
+        for (int64_t j = 0; j * kPanel < lfull; ++j)
+          detail::pack_b_panels(reinterpret_cast<const uint16_t*>(k + first + j * kPanel * slot_stride),
+                                slot_stride, true, D, std::min(kPanel, lfull - j * kPanel),
+                                kh + j * k_panel);
         detail::pack_b_panels(reinterpret_cast<const uint16_t*>(v + first), slot_stride, false,
                               lfull, D, vh);
         for (int64_t s = 0; s < lfull; ++s) {
@@ -1161,8 +1151,8 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
     parallel_for_stealing(H * blocks, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t item = i0; item < i1; ++item) {
         const int64_t h = item / blocks, t0 = (blocks - 1 - item % blocks) * kGemmQueryBlock;
-        // Rows i = (t, g) of this kv head; P's hi halves at rows [0, M), lo halves at [M, 2M).
-        const int64_t tb = std::min(kGemmQueryBlock, a.t - t0), M = tb * G, M2 = 2 * M;
+        // Rows i = (t, g) of this kv head.
+        const int64_t tb = std::min(kGemmQueryBlock, a.t - t0), M = tb * G;
         const int64_t lk = std::clamp<int64_t>(a.slot_offset + t0 + tb - lo, 0, lfull);  // keys
         const int64_t lkp = detail::round_up(std::max<int64_t>(lk, 1), 2);
         auto row_of = [&](int64_t i) {  // q / out offset of row i
@@ -1174,27 +1164,27 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
             detail::store_row(zeros.data(), D, out.raw(), out.dtype(), row_of(i));
           continue;
         }
-        auto* qs = static_cast<bf16_t*>(detail::thread_scratch(kScratchQ, size_t(M * 2 * D) * 2));
+        auto* qs = static_cast<bf16_t*>(detail::thread_scratch(kScratchQ, size_t(M * D) * 2));
         auto* sc = static_cast<float*>(detail::thread_scratch(kScratchS, size_t(M * lk) * 4));
-        auto* ps = static_cast<bf16_t*>(detail::thread_scratch(kScratchP, size_t(M2 * lkp) * 2));
-        auto* os = static_cast<float*>(detail::thread_scratch(kScratchO, size_t(M2 * D) * 4));
+        auto* ps = static_cast<bf16_t*>(detail::thread_scratch(kScratchP, size_t(M * lkp) * 2));
+        auto* os = static_cast<float*>(detail::thread_scratch(kScratchO, size_t(M * D) * 4));
         const __m512 vscale = _mm512_set1_ps(a.scale);
         for (int64_t i = 0; i < M; ++i)
           for (int64_t c = 0; c < D; c += 16)
-            store_split_bf16(qs + i * 2 * D + c, qs + i * 2 * D + D + c,
-                             _mm512_mul_ps(_mm512_loadu_ps(q + row_of(i) + c), vscale), 0xffff);
-        // S [M, lk] = [q_hi | q_lo] [M, 2D] x [K | K]^T
-        bool ran = detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(qs), M, 2 * D,
+            _mm256_storeu_si256(
+                reinterpret_cast<__m256i*>(qs + i * D + c),
+                detail::cvt_f32_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(q + row_of(i) + c), vscale)));
+        // S [M, lk] = Q [M, D] x K^T
+        bool ran = detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(qs), M, D,
                                             reinterpret_cast<const uint16_t*>(kp + h * k_head),
                                             lk, sc, false, nullptr);
         float sums[kGemmQueryBlock * kRowsMax];
         for (int64_t i = 0; i < M; ++i) {
           const int64_t causal = std::clamp<int64_t>(a.slot_offset + t0 + i / G - lo + 1, 0, lk);
-          sums[i] = masked_softmax_row(sc + i * lk, km, causal, lkp, ps + i * lkp,
-                                       ps + (M + i) * lkp);
+          sums[i] = masked_softmax_row(sc + i * lk, km, causal, lkp, ps + i * lkp);
         }
-        // O [2M, D] = P [2M, lkp] x V [lkp, D]
-        ran = ran && detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(ps), M2, lkp,
+        // O [M, D] = P [M, lkp] x V [lkp, D]
+        ran = ran && detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(ps), M, lkp,
                                               reinterpret_cast<const uint16_t*>(vp + h * v_head),
                                               D, os, false, nullptr, v_panel);
         // An invariant (even K, AVX512_BF16 compiled in), checked where checks are on.
@@ -1202,10 +1192,9 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
         (void)ran;
         for (int64_t i = 0; i < M; ++i) {
           const float inv = sums[i] > 0.f ? 1.f / sums[i] : 0.f;
-          float* o_hi = os + i * D;
-          const float* o_lo = os + (M + i) * D;
-          for (int64_t c = 0; c < D; ++c) o_hi[c] = (o_hi[c] + o_lo[c]) * inv;
-          detail::store_row(o_hi, D, out.raw(), out.dtype(), row_of(i));
+          float* orow = os + i * D;
+          for (int64_t c = 0; c < D; ++c) orow[c] *= inv;
+          detail::store_row(orow, D, out.raw(), out.dtype(), row_of(i));
         }
       }
     });

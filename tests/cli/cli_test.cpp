@@ -340,6 +340,20 @@ TEST(CliBench, TinyRunPrintsEveryField) {
   ASSERT_EQ(j["decode_roofline_fraction_per_repeat"].size(), 1u);
   EXPECT_EQ(j["memory_bandwidth_gbs"], j["memory_bandwidth_gbs_per_repeat"][0]);
   EXPECT_EQ(j["decode_roofline_fraction"], j["decode_roofline_fraction_per_repeat"][0]);
+  // So are the prefill rooflines: the peaks measured right before the repeat.
+  for (const char* k : {"prefill_ms_per_repeat", "prefill_roofline_fraction_per_repeat",
+                        "gemm_peak_gflops_per_repeat", "machine_peak_gflops_per_repeat",
+                        "prefill_machine_peak_fraction_per_repeat"})
+    ASSERT_EQ(j[k].size(), 1u) << k;
+  EXPECT_EQ(j["gemm_peak_gflops"], j["gemm_peak_gflops_per_repeat"][0]);
+  EXPECT_EQ(j["prefill_roofline_fraction"], j["prefill_roofline_fraction_per_repeat"][0]);
+  EXPECT_EQ(j["prefill_machine_peak_fraction"], j["prefill_machine_peak_fraction_per_repeat"][0]);
+  EXPECT_NEAR(j["prefill_roofline_fraction"].get<double>(),
+              j["prefill_flops_per_token"].get<double>() * 4 /
+                  (j["prefill_ms_per_repeat"][0].get<double>() * 1e-3) /
+                  (j["gemm_peak_gflops"].get<double>() * 1e9),
+              1e-9);
+  EXPECT_GT(j["gemm_peak_gflops_before"].get<double>(), 0);
   EXPECT_GT(j["gemm_peak_gflops"].get<double>(), 0);
 #if defined(__x86_64__)
   // Measured wherever the CPU has AVX2 + FMA (0 where it has neither that nor AVX-512).

@@ -15,12 +15,15 @@
 //             set against the machine's arithmetic peak (vdpbf16ps with AVX512_BF16, else f32 FMAs;
 //             register-only loops on all threads): the GEMM peak is kiln's own kernel, so only
 //             this one says how far that kernel is from the hardware.
-// This VM's read bandwidth drifts between phases (28-90 GB/s, often within one run), so the decode
-// roofline is paired with each timed repeat: the bandwidth is measured (best of up to 20 passes)
-// right before the repeat, each repeat's median step is set against it, and the fraction reported is
-// the median of those paired fractions. The bandwidth is also measured before the model loads and
-// after the timed runs (memory_bandwidth_gbs_before_after, for reference). Peak RSS is read after the
-// warm-up run, before any of those measurements, so their 256 MiB buffer is not added to the model's.
+// This VM's read bandwidth drifts between phases (28-90 GB/s, often within one run), and so does its
+// arithmetic speed (the vdpbf16ps peak measured 763-848 GFLOP/s within one hour), so both rooflines
+// are paired with each timed repeat: the bandwidth, the GEMM peak and the machine's peak are
+// measured (each a best of several passes) right before the repeat, its prefill time and its median
+// decode step are set against them, and each fraction reported is the median of those paired
+// fractions (the *_per_repeat fields hold them all). The bandwidth is also measured before the model
+// loads and after the timed runs (memory_bandwidth_gbs_before_after), and both peaks before the
+// model loads (*_peak_gflops_before), for reference. Peak RSS is read after the warm-up run, before
+// any of those measurements, so their buffers are not added to the model's.
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -74,8 +77,8 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
 
     // Rooflines first (see the header comment on the bandwidth and peak RSS).
     const double bandwidth_before = kiln::cpu::measure_memory_bandwidth();
-    const double gemm_peak = kiln::cpu::measure_gemm_peak(dtype);
-    const double machine_peak = kiln::cpu::measure_arithmetic_peak(dtype);
+    const double gemm_peak_before = kiln::cpu::measure_gemm_peak(dtype);
+    const double machine_peak_before = kiln::cpu::measure_arithmetic_peak(dtype);
 
     auto t_load = std::chrono::steady_clock::now();
     auto model = kiln::cli::load_model(f->model_dir, f->model);
@@ -108,11 +111,16 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     const int64_t V = c.vocab_size;
 
     std::vector<double> prefill_s, step_s;
-    std::vector<double> rep_bandwidth, rep_step_s;  // per timed repeat: paired roofline
+    // Per timed repeat, the rooflines measured right before it (paired).
+    std::vector<double> rep_bandwidth, rep_step_s, rep_gemm_peak, rep_machine_peak;
     size_t rss = 0;
     for (int64_t rep = 0; rep <= f->repeats; ++rep) {  // rep 0 is the warm-up
       if (rep == 1) rss = kiln::peak_rss_bytes();
-      if (rep > 0) rep_bandwidth.push_back(kiln::cpu::measure_memory_bandwidth());
+      if (rep > 0) {
+        rep_bandwidth.push_back(kiln::cpu::measure_memory_bandwidth());
+        rep_gemm_peak.push_back(kiln::cpu::measure_gemm_peak(dtype));
+        rep_machine_peak.push_back(kiln::cpu::measure_arithmetic_peak(dtype));
+      }
       const size_t first_step = step_s.size();
       for (int64_t b = 0; b < B; ++b)
         for (int64_t s = 0; s < L; ++s) kv_mask.data<int32_t>()[b * L + s] = s < P ? 1 : 0;
@@ -162,9 +170,22 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     const double attn_flops = layers * 4 * Hq * D * double(P + 1) / 2;
     const double prefill_flops_per_token =
         2 * layers * layer_matmul_params + attn_flops + 2 * lm_head_params / double(P);
+    // Each repeat's prefill FLOP/s over the peaks measured right before it.
+    std::vector<double> rep_prefill_fraction, rep_machine_fraction;
+    for (size_t r = 0; r < prefill_s.size(); ++r) {
+      const double flops = double(B * P) * prefill_flops_per_token / prefill_s[r];
+      rep_prefill_fraction.push_back(flops / rep_gemm_peak[r]);
+      rep_machine_fraction.push_back(rep_machine_peak[r] > 0 ? flops / rep_machine_peak[r] : 0.0);
+    }
+    const double gemm_peak = median(rep_gemm_peak), machine_peak = median(rep_machine_peak);
     const double prefill_roofline = gemm_peak / prefill_flops_per_token;
-    const double prefill_machine_fraction =
-        machine_peak > 0 ? prefill_tps * prefill_flops_per_token / machine_peak : 0.0;
+    const double prefill_fraction = median(rep_prefill_fraction);
+    const double prefill_machine_fraction = median(rep_machine_fraction);
+    auto gflops = [](const std::vector<double>& v) {
+      std::vector<double> out;
+      for (double x : v) out.push_back(x / 1e9);
+      return out;
+    };
 
     const double param_count = double(model->weight_bytes()) / act;
     const double bf16_weight_bytes = param_count * 2;
@@ -185,7 +206,8 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
         {"threads", kiln::num_threads()},
         {"prefill_tokens_per_s", prefill_tps},
         {"prefill_roofline_tokens_per_s", prefill_roofline},
-        {"prefill_roofline_fraction", prefill_tps / prefill_roofline},
+        {"prefill_roofline_fraction", prefill_fraction},
+        {"prefill_roofline_fraction_per_repeat", rep_prefill_fraction},
         {"decode_tokens_per_s", decode_tps},
         {"decode_roofline_tokens_per_s", decode_roofline},
         {"decode_roofline_fraction", median(rep_fraction)},
@@ -195,9 +217,19 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
         {"memory_bandwidth_gbs", bandwidth / 1e9},
         {"memory_bandwidth_gbs_per_repeat", rep_bandwidth_gbs},
         {"memory_bandwidth_gbs_before_after", {bandwidth_before / 1e9, bandwidth_after / 1e9}},
+        {"prefill_ms_per_repeat", [&] {
+           std::vector<double> ms;
+           for (double x : prefill_s) ms.push_back(x * 1e3);
+           return ms;
+         }()},
         {"gemm_peak_gflops", gemm_peak / 1e9},
+        {"gemm_peak_gflops_per_repeat", gflops(rep_gemm_peak)},
+        {"gemm_peak_gflops_before", gemm_peak_before / 1e9},
         {"machine_peak_gflops", machine_peak / 1e9},
+        {"machine_peak_gflops_per_repeat", gflops(rep_machine_peak)},
+        {"machine_peak_gflops_before", machine_peak_before / 1e9},
         {"prefill_machine_peak_fraction", prefill_machine_fraction},
+        {"prefill_machine_peak_fraction_per_repeat", rep_machine_fraction},
         {"decode_bytes_per_token", decode_step_bytes / double(B)},
         {"prefill_flops_per_token", prefill_flops_per_token},
         {"compile_ms", {{"prefill", compile_ms("prefill")}, {"decode", compile_ms("decode")}}},
@@ -218,11 +250,14 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     std::cout.precision(4);
     std::cout << "model " << f->model_dir << ", " << j["dtype"].get<std::string>() << ", batch " << B
               << ", prompt " << P << ", new " << N << ", " << kiln::num_threads() << " threads\n"
-              << "prefill: " << prefill_tps << " tokens/s (" << 100 * prefill_tps / prefill_roofline
-              << "% of " << prefill_roofline << " = " << gemm_peak / 1e9 << " GFLOP/s / "
-              << prefill_flops_per_token / 1e9 << " GFLOP per token";
+              << "prefill: " << prefill_tps << " tokens/s (" << 100 * prefill_fraction
+              << "% of its roofline, paired per repeat; " << prefill_roofline << " = "
+              << gemm_peak / 1e9 << " GFLOP/s median / " << prefill_flops_per_token / 1e9
+              << " GFLOP per token";
     if (machine_peak > 0)
-      std::cout << "; " << 100 * prefill_machine_fraction << "% of the machine's arithmetic peak, " << machine_peak / 1e9 << " GFLOP/s";
+      std::cout << "; " << 100 * prefill_machine_fraction
+                << "% of the machine's arithmetic peak, paired per repeat, " << machine_peak / 1e9
+                << " GFLOP/s median";
     std::cout << ")\n"
               << "decode:  " << decode_tps << " tokens/s (" << 100 * median(rep_fraction)
               << "% of its roofline, paired per repeat; " << decode_roofline << " = "

@@ -192,6 +192,10 @@ struct TileOut {
   int64_t ldc, cols;
   Store mode;
   float beta;
+  // Lines [prefetch, prefetch + 64 * prefetch_lines) to fetch into L2 while the tile runs, spread
+  // over its k loop (see gemm_part).
+  const char* prefetch = nullptr;
+  int64_t prefetch_lines = 0;
 };
 
 template <int R>
@@ -239,7 +243,17 @@ void micro_tile(int64_t pairs, const uint16_t* a, int64_t a_rs, int64_t a_ps, co
       for (int64_t col = 0; col < out.cols; col += 16)
         _mm_prefetch(reinterpret_cast<const char*>(f + r * out.ldc + col), _MM_HINT_T0);
   }
+  const char* pf = out.prefetch;
+  int64_t pf_left = out.prefetch_lines;
+  const int64_t pf_every = pf_left > 0 ? std::max<int64_t>(1, pairs / pf_left) : 0;
+  int64_t pf_countdown = 1;
   for (int64_t p = 0; p < pairs; ++p, a += a_ps, bp += 2 * kNR) {
+    if (pf_left > 0 && --pf_countdown == 0) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      pf += 64;
+      --pf_left;
+      pf_countdown = pf_every;
+    }
     const __m512bh b0 = as_bh(_mm512_load_si512(bp)), b1 = as_bh(_mm512_load_si512(bp + 32));
     const __m512bh b2 = as_bh(_mm512_load_si512(bp + 64)), b3 = as_bh(_mm512_load_si512(bp + 96));
     for (int r = 0; r < R; ++r) {
@@ -322,15 +336,31 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
               P.b_packed ? P.b_packed + ((jc + jr) / kNR) * P.b_panel_stride + pc * kNR
                          : bp + (jr / kNR) * pairs * 2 * kNR;
           const int64_t cols = std::min(kNR, nc - jr);
+          // A linear's packed weights come from memory the first time a panel is used (the
+          // first block of rows), and one tile would read the whole panel faster than a core
+          // streams: so while this panel's tiles run, each fetches its share of the next panel
+          // into L2. +3-7 % at M = 32-128 (interleaved A/B, docs/notes/cpu-gemm.md); at M = 512
+          // level (later row blocks find the panels in L3).
+          const char* next_panel = nullptr;
+          const int64_t panel_lines = pairs * 2 * kNR * 2 / 64;
+          const int64_t tile_count = (mc + kMR - 1) / kMR;
+          const int64_t slice = (panel_lines + tile_count - 1) / tile_count;
+          if (P.b_packed && ic == m0 && jr + kNR < nc)
+            next_panel = reinterpret_cast<const char*>(bpanel + P.b_panel_stride);
           for (int64_t ir = 0; ir < mc; ir += kMR) {
             const int64_t rows = std::min<int64_t>(kMR, mc - ir);
             const int64_t at = (ic + ir) * P.N + jc + jr;
-            const TileOut out{static_cast<char*>(P.c) + at * elt,
-                              pc == 0 && P.res && !res_in_place ? P.res + at : nullptr,
-                              P.N,
-                              cols,
-                              mode,
-                              P.beta};
+            TileOut out{static_cast<char*>(P.c) + at * elt,
+                        pc == 0 && P.res && !res_in_place ? P.res + at : nullptr,
+                        P.N,
+                        cols,
+                        mode,
+                        P.beta};
+            if (next_panel) {
+              const int64_t first = (ir / kMR) * slice;
+              out.prefetch = next_panel + first * 64;
+              out.prefetch_lines = std::clamp<int64_t>(panel_lines - first, 0, slice);
+            }
             kTiles[rows](pairs, a_block + ir * layout.row_stride, layout.row_stride,
                          layout.pair_stride, bpanel, out);
           }

@@ -1123,6 +1123,21 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
     const int64_t v_head = detail::round_up(D, kPanel) / kPanel * v_panel;
     auto* kp = static_cast<bf16_t*>(detail::thread_scratch(kScratchK, size_t(H * k_head) * 2));
     auto* vp = static_cast<bf16_t*>(detail::thread_scratch(kScratchV, size_t(H * v_head) * 2));
+    // This row's q, pre-scaled and rounded to bf16, as each kv head's GEMM rows: [H][T][G][D], so
+    // an item's rows (t, g) are one contiguous matrix. Converted in one streaming pass over q
+    // (the items' strided reads of f32 q rows, 1 KiB every 8 KiB, waited on memory).
+    auto* qb = static_cast<bf16_t*>(detail::thread_scratch(kScratchQ, size_t(a.t * a.hq * D) * 2));
+    parallel_for(a.t, [&](int64_t t0, int64_t t1) {
+      const __m512 vscale = _mm512_set1_ps(a.scale);
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t hq = 0; hq < a.hq; ++hq) {
+          const float* src = q + ((b * a.t + t) * a.hq + hq) * D;
+          bf16_t* dst = qb + (((hq / G) * a.t + t) * G + hq % G) * D;
+          for (int64_t c = 0; c < D; c += 16)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c),
+                                detail::cvt_f32_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(src + c), vscale)));
+        }
+    });
     // A masked slot's value is zeroed in the panels (P is 0 there, and 0 x NaN from a never-written
     // slot would still be NaN); its key's scores are never read.
     const int64_t slot_stride = H * D;
@@ -1155,7 +1170,7 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
         const int64_t tb = std::min(kGemmQueryBlock, a.t - t0), M = tb * G;
         const int64_t lk = std::clamp<int64_t>(a.slot_offset + t0 + tb - lo, 0, lfull);  // keys
         const int64_t lkp = detail::round_up(std::max<int64_t>(lk, 1), 2);
-        auto row_of = [&](int64_t i) {  // q / out offset of row i
+        auto row_of = [&](int64_t i) {  // out offset of row i
           return ((b * a.t + t0 + i / G) * a.hq + h * G + i % G) * D;
         };
         if (lk == 0) {  // no visible key: zeros, as the other kernels write
@@ -1164,16 +1179,10 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
             detail::store_row(zeros.data(), D, out.raw(), out.dtype(), row_of(i));
           continue;
         }
-        auto* qs = static_cast<bf16_t*>(detail::thread_scratch(kScratchQ, size_t(M * D) * 2));
         auto* sc = static_cast<float*>(detail::thread_scratch(kScratchS, size_t(M * lk) * 4));
         auto* ps = static_cast<bf16_t*>(detail::thread_scratch(kScratchP, size_t(M * lkp) * 2));
         auto* os = static_cast<float*>(detail::thread_scratch(kScratchO, size_t(M * D) * 4));
-        const __m512 vscale = _mm512_set1_ps(a.scale);
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t c = 0; c < D; c += 16)
-            _mm256_storeu_si256(
-                reinterpret_cast<__m256i*>(qs + i * D + c),
-                detail::cvt_f32_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(q + row_of(i) + c), vscale)));
+        const bf16_t* qs = qb + (h * a.t + t0) * G * D;
         // S [M, lk] = Q [M, D] x K^T
         bool ran = detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(qs), M, D,
                                             reinterpret_cast<const uint16_t*>(kp + h * k_head),

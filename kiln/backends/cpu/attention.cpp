@@ -1062,7 +1062,7 @@ void attention_prefill(const Dims& a, const float* q, const KT* k, const KT* v,
 // attention waiting in OpenMP barriers.)
 #ifdef __AVX512BF16__
 
-constexpr int64_t kGemmQueryBlock = 32;  // queries per block (x G rows per kv head); 16-64 measured
+constexpr int64_t kGemmQueryBlock = 16;  // queries per block (x G rows per kv head); 8-64 measured
 constexpr int64_t kGemmMinT = 32;         // below this the f32 kernel's setup is cheaper
 constexpr int64_t kPanel = detail::kBlockN;  // columns of a packed B panel
 

@@ -165,8 +165,6 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     std::vector<double> rep_fraction;
     for (size_t r = 0; r < rep_step_s.size(); ++r)
       rep_fraction.push_back(decode_step_bytes / (rep_step_s[r] * rep_bandwidth[r]));
-    std::vector<double> rep_bandwidth_gbs;
-    for (double bw : rep_bandwidth) rep_bandwidth_gbs.push_back(bw / 1e9);
     const double attn_flops = layers * 4 * Hq * D * double(P + 1) / 2;
     const double prefill_flops_per_token =
         2 * layers * layer_matmul_params + attn_flops + 2 * lm_head_params / double(P);
@@ -181,10 +179,9 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     const double prefill_roofline = gemm_peak / prefill_flops_per_token;
     const double prefill_fraction = median(rep_prefill_fraction);
     const double prefill_machine_fraction = median(rep_machine_fraction);
-    auto gflops = [](const std::vector<double>& v) {
-      std::vector<double> out;
-      for (double x : v) out.push_back(x / 1e9);
-      return out;
+    auto in_units = [](std::vector<double> v, double unit) {  // as the JSON reports them
+      for (double& x : v) x /= unit;
+      return v;
     };
 
     const double param_count = double(model->weight_bytes()) / act;
@@ -215,18 +212,14 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
         {"decode_step_ms_median", median(step_s) * 1e3},
         {"prefill_ms_median", median(prefill_s) * 1e3},
         {"memory_bandwidth_gbs", bandwidth / 1e9},
-        {"memory_bandwidth_gbs_per_repeat", rep_bandwidth_gbs},
+        {"memory_bandwidth_gbs_per_repeat", in_units(rep_bandwidth, 1e9)},
         {"memory_bandwidth_gbs_before_after", {bandwidth_before / 1e9, bandwidth_after / 1e9}},
-        {"prefill_ms_per_repeat", [&] {
-           std::vector<double> ms;
-           for (double x : prefill_s) ms.push_back(x * 1e3);
-           return ms;
-         }()},
+        {"prefill_ms_per_repeat", in_units(prefill_s, 1e-3)},
         {"gemm_peak_gflops", gemm_peak / 1e9},
-        {"gemm_peak_gflops_per_repeat", gflops(rep_gemm_peak)},
+        {"gemm_peak_gflops_per_repeat", in_units(rep_gemm_peak, 1e9)},
         {"gemm_peak_gflops_before", gemm_peak_before / 1e9},
         {"machine_peak_gflops", machine_peak / 1e9},
-        {"machine_peak_gflops_per_repeat", gflops(rep_machine_peak)},
+        {"machine_peak_gflops_per_repeat", in_units(rep_machine_peak, 1e9)},
         {"machine_peak_gflops_before", machine_peak_before / 1e9},
         {"prefill_machine_peak_fraction", prefill_machine_fraction},
         {"prefill_machine_peak_fraction_per_repeat", rep_machine_fraction},

@@ -13,12 +13,12 @@
 //    item), which makes the per-row softmax reductions vertical vector ops. Memory is O(block),
 //    never O(T * L).
 //  - prefill through GEMMs (bf16 cache, T >= 32, AVX512_BF16): per batch row, K and V are packed
-//    once as kiln's bf16 GEMM's B panels; a work item (kv head, block of 32 queries) computes
+//    once as kiln's bf16 GEMM's B panels; a work item (kv head, block of 16 queries) computes
 //    S = Q K^T and O = P V with that GEMM (the G q heads of a group are rows of one matrix) and the
 //    masked softmax between them in f32. Q and P are rounded once to bf16 for the GEMMs, as K and
-//    V are stored (see below for why that is the bf16 contract); 5-6x the f32 kernel above at the
-//    lengths that matter (docs/notes/cpu-attention.md); keys past a block's last query are
-//    skipped, so the causal waste is the diagonal block only.
+//    V are stored (see below for why that is the bf16 contract); several times faster than the
+//    f32 kernel above at the lengths that matter (docs/notes/cpu-attention.md); keys past a
+//    block's last query are skipped, so the causal waste is the diagonal block only.
 //  - scalar: any D and any ISA; one query row at a time.
 // Only slots [first visible, min(last visible + 1, slot_offset + T)) are read, so a decode step
 // against a partly filled cache streams only the filled part.

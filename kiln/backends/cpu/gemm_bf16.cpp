@@ -176,7 +176,7 @@ constexpr int64_t kKC = 1024;  // k per block
 constexpr int64_t kMC = 96;    // rows of A per block, reused from L2 across the block's B panels
 constexpr int64_t kNC = 1024;  // columns of B per packed block
 constexpr int64_t kMaxBf16K = 4096;  // a bf16 C is written once, so its K is one block
-constexpr int64_t kMinRowsForPackedTransB = 256;
+constexpr int64_t kMinRowsForPackedTransB = 128;
 constexpr int64_t kStreamBytes = int64_t(64) << 20;  // bf16 C above this is stored non-temporally
 
 // Scratch slots of thread_scratch (0-2: linear and gemm, 3-8: attention).
@@ -457,9 +457,10 @@ void run(const Problem& P) {
 bool gemm_bf16(const uint16_t* a, bool trans_a, const uint16_t* b, bool trans_b, int64_t M,
                int64_t N, int64_t K, float beta, void* c, bool c_bf16) {
   if (K == 0 || (c_bf16 && (beta != 0.f || K > kMaxBf16K))) return false;
-  // A transposed B is packed with gathers, which costs too much when few rows of A share each
-  // packed panel: at M = 128 oneDNN ran the forward of every Qwen3-0.6B linear 1.4-1.7x faster,
-  // at M = 512 and 1024 this kernel is ahead (bench/bench_gemm.cpp).
+  // Packing a transposed B costs more when few rows of A share each packed panel. With per-pair
+  // gathers oneDNN ran the forward of every Qwen3-0.6B linear 1.4-1.7x faster at M = 128; with
+  // the register transposes this kernel is ahead there too (bench/bench_gemm.cpp: lm_head
+  // 560 -> 624-636 GFLOP/s, gate_up 603-618 -> 685-708), and smaller M was not measured.
   if (trans_b && M < kMinRowsForPackedTransB) return false;
   run(Problem{a, trans_a ? M : K, trans_a, b, trans_b ? K : N, trans_b, M, N, K, beta, c, c_bf16});
   return true;

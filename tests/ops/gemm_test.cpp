@@ -85,8 +85,9 @@ std::vector<Case> cases() {
         out.push_back({200, 70, 1030, ta, tb, DType::bf16, DType::bf16, beta});
         out.push_back({13, 1100, 520, ta, tb, DType::bf16, DType::bf16, beta});
         out.push_back({197, 130, 517, ta, tb, DType::bf16, DType::bf16, beta});
-        // M >= 256: a transposed B is packed by kiln too (16-pair register transposes, then
-        // per-pair tails), over two k blocks, the second a 6-wide tail.
+        // From M = 128 rows a transposed B is packed by kiln too (the cases above with M >= 128
+        // as well): 16-pair register transposes, then per-pair tails; here over two k blocks, the
+        // second a 6-wide tail, and more than one block of rows.
         out.push_back({300, 130, 1030, ta, tb, DType::bf16, DType::bf16, beta});
         if (beta == 0.f)
           out.push_back({37, 150, 333, ta, tb, DType::bf16, DType::bf16, beta, DType::bf16});

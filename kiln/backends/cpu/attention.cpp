@@ -1073,13 +1073,16 @@ inline __mmask16 lanes_below(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
 }
 
-// One query row: scores s over n keys, of which keys [0, causal) with km != 0 are visible. Writes
-// p = bf16(exp(s - max)) for visible keys and 0 elsewhere, and returns the sum of the rounded p
-// (0 when no key is visible).
+// One query row: scores s over n keys, of which keys [0, causal) with km != 0 are visible (km is
+// null when every slot is). Writes p = bf16(exp(s - max)) for visible keys and 0 elsewhere, and
+// returns the sum of the rounded p (0 when no key is visible). p is rounded by vcvtneps2bf16,
+// which flushes a denormal (a weight under 2^-126 beside the row maximum's 1) to 0; the sum is of
+// the stored values, so the weights still sum to 1.
 float masked_softmax_row(const float* s, const int32_t* km, int64_t causal, int64_t n, bf16_t* p) {
   const __m512i zero = _mm512_setzero_si512();
   auto visible = [&](int64_t j) {
     const __mmask16 tail = lanes_below(causal - j);
+    if (!km) return tail;
     return _mm512_mask_cmpneq_epi32_mask(tail, _mm512_maskz_loadu_epi32(tail, km + j), zero);
   };
   auto score = [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, s + j); };
@@ -1096,7 +1099,7 @@ float masked_softmax_row(const float* s, const int32_t* km, int64_t causal, int6
     for (; j < causal; j += 16) {
       const __mmask16 vis = visible(j);
       const __m512 e = _mm512_maskz_mov_ps(vis, detail::exp512(_mm512_sub_ps(score(j, vis), vm)));
-      const __m256i h = detail::cvt_f32_bf16x16(e);
+      const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
       _mm256_mask_storeu_epi16(p + j, lanes_below(causal - j), h);
       vsum = _mm512_add_ps(vsum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
     }
@@ -1115,6 +1118,8 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
     const int64_t hi = std::max(lo, std::min(vis[size_t(b)].hi, a.slot_offset + a.t));
     const int64_t lfull = hi - lo;
     const int32_t* km = mask + b * a.l + lo;
+    // The softmax reads the mask only where a slot in [lo, hi) is masked (left padding).
+    const int32_t* km_holes = std::all_of(km, km + lfull, [](int32_t x) { return x != 0; }) ? nullptr : km;
     // This row's visible slots [lo, hi) of each kv head, packed as the two GEMMs' B panels.
     const int64_t k_panel = D * kPanel;
     const int64_t k_head = (std::max<int64_t>(lfull, 1) + kPanel - 1) / kPanel * k_panel;
@@ -1161,6 +1166,8 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
         }
       }
     });
+    bf16_t* out_bf16 = out.dtype() == DType::bf16 ? static_cast<bf16_t*>(out.raw()) : nullptr;
+    float* out_f32 = out_bf16 ? nullptr : static_cast<float*>(out.raw());
     // Items (kv head h, query block): a head's blocks are adjacent, latest (most keys) first, so
     // each thread's share of heads costs the same and a thief takes the cheapest items.
     parallel_for_stealing(H * blocks, 1, [&](int64_t i0, int64_t i1) {
@@ -1190,7 +1197,7 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
         float sums[kGemmQueryBlock * kRowsMax];
         for (int64_t i = 0; i < M; ++i) {
           const int64_t causal = std::clamp<int64_t>(a.slot_offset + t0 + i / G - lo + 1, 0, lk);
-          sums[i] = masked_softmax_row(sc + i * lk, km, causal, lkp, ps + i * lkp);
+          sums[i] = masked_softmax_row(sc + i * lk, km_holes, causal, lkp, ps + i * lkp);
         }
         // O [M, D] = P [M, lkp] x V [lkp, D]
         ran = ran && detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(ps), M, lkp,
@@ -1199,11 +1206,17 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
         // An invariant (even K, AVX512_BF16 compiled in), checked where checks are on.
         KILN_DCHECK(ran, "attention: the bf16 GEMM did not run (D = ", D, ", keys ", lkp, ")");
         (void)ran;
+        // O / sum, scaled as it is stored (D % 16 == 0 on this path).
         for (int64_t i = 0; i < M; ++i) {
-          const float inv = sums[i] > 0.f ? 1.f / sums[i] : 0.f;
-          float* orow = os + i * D;
-          for (int64_t c = 0; c < D; ++c) orow[c] *= inv;
-          detail::store_row(orow, D, out.raw(), out.dtype(), row_of(i));
+          const __m512 inv = _mm512_set1_ps(sums[i] > 0.f ? 1.f / sums[i] : 0.f);
+          const float* orow = os + i * D;
+          for (int64_t c = 0; c < D; c += 16) {
+            const __m512 o = _mm512_mul_ps(_mm512_loadu_ps(orow + c), inv);
+            if (out_bf16)
+              detail::store_bf16x16(out_bf16 + row_of(i) + c, o);
+            else
+              _mm512_storeu_ps(out_f32 + row_of(i) + c, o);
+          }
         }
       }
     });

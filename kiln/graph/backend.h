@@ -46,6 +46,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Whether run() takes op. The epilogue fusions emit their op only where this says so (a backend
+  // whose kernel would just run the unfused pair leaves the pair, and its planned buffer, alone).
   virtual bool supports(Op op) const = 0;
   // Called once per node at compile time; the result is handed back to run().
   virtual std::shared_ptr<void> prepare(const Graph& g, const Node& n, WeightStore& weights) = 0;

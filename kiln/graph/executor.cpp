@@ -46,7 +46,8 @@ class OpProfile {
   void add(const std::string& function, const Node& node, const std::vector<Tensor>& args,
            double seconds) {
     char shape[48] = "";
-    if ((node.op == Op::Linear || node.op == Op::LinearResidual) && !node.shape.empty() &&
+    if ((node.op == Op::Linear || node.op == Op::LinearResidual ||
+         node.op == Op::LinearSiluMul) && !node.shape.empty() &&
         !args.empty() && !args[0].shape().empty())
       std::snprintf(shape, sizeof(shape), " %lldx%lld", static_cast<long long>(node.shape.back()),
                     static_cast<long long>(args[0].shape().back()));
@@ -102,6 +103,9 @@ std::shared_ptr<Executable> Executable::compile(Graph g, Backend& backend, Weigh
     if (o.fuse_silu_mul) g = fuse_silu_mul(g);
     if (o.fuse_qk_norm_rope) g = fuse_qk_norm_rope(g);
     g = eliminate_dead_code(g);
+    // (After dead code: the splits SiluMul replaced would still count as the gate_up's users.)
+    if (o.fuse_silu_mul_epilogue && backend.supports(Op::LinearSiluMul))
+      g = fuse_silu_mul_epilogue(g);
     if (o.fuse_residual) g = fuse_residual(g);
   }
   g = eliminate_dead_code(g);

@@ -12,6 +12,7 @@ constexpr OpInfo kOps[] = {
     {"Input", false, false},          {"Weight", false, false},
     {"State", false, false},          {"Embedding", false, false},
     {"Linear", false, false},         {"LinearResidual", false, false},
+    {"LinearSiluMul", false, false},
     {"BiasAdd", false, false},        {"RMSNorm", false, false},
     {"Add", false, false},            {"SiLU", false, false},
     {"Mul", false, false},            {"SiluMul", false, false},

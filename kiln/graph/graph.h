@@ -34,6 +34,7 @@ enum class Op : uint8_t {
   // the Weight node as input 1 for readability, and passes may drop it.
   Linear,           // (x [M, K], [w]) -> f32 [M, N]
   LinearResidual,   // (x [M, K], residual f32 [M, N]) -> f32 [M, N] = x W^T + residual
+  LinearSiluMul,    // (x [M, K]) -> act [M, I] = SiLU(x Wg^T) * (x Wu^T), gate_up W [2I, K]
   BiasAdd,          // (x f32 [M, N], bias [N]) -> f32 [M, N]
   RMSNorm,          // (x [R, H], w [H]) -> act [R, H]; attrs.eps
   Add,              // (a f32, b f32) -> f32

@@ -213,6 +213,23 @@ Graph fuse_qk_norm_rope(const Graph& g) {
   });
 }
 
+Graph fuse_silu_mul_epilogue(const Graph& g) {
+  auto users = users_of(g);
+  Rewriter rw(g);
+  return rw.run([&](Value, const Node& n) -> Value {
+    if (n.op != Op::SiluMul) return kCopy;
+    Value lin = n.inputs[0];
+    // A bf16 x only: the epilogue is the bf16 GEMM's (an f32 model keeps the reference path). A
+    // gate_up that something else reads (training's backward) stays stored.
+    if (!is(g, lin, Op::Linear) || users[size_t(lin)].size() != 1) return kCopy;
+    const Node& l = g.node(lin);
+    if (g.node(l.inputs[0]).dtype != DType::bf16) return kCopy;
+    return rw.emit({.op = Op::LinearSiluMul, .inputs = {rw.map(l.inputs[0])}, .shape = n.shape,
+                    .dtype = n.dtype, .name = l.name + "+silu_mul",
+                    .weight_names = l.weight_names});
+  });
+}
+
 Graph fuse_residual(const Graph& g) {
   auto users = users_of(g);
   Rewriter rw(g);

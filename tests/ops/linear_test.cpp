@@ -296,6 +296,32 @@ TEST(Linear, DecodeAndPrefillPathsAgree) {
   }
 }
 
+TEST(Linear, SiluMulEpilogueEqualsLinearThenSiluMul) {
+  // linear_silu_mul is linear into an f32 gate_up, then silu_mul, bit for bit: in the bf16 GEMM's
+  // store (intermediate a multiple of 64, more than 4 rows) and in its fallbacks (few rows: the
+  // GEMV; an intermediate of 80). Row counts cover whole and partial row tiles and blocks, both
+  // threads' column split and a split too narrow to make.
+  struct Shape3 {
+    int64_t M, inter, K;
+  };
+  for (const Shape3 c : {Shape3{5, 64, 64}, Shape3{37, 192, 96}, Shape3{128, 128, 256},
+                         Shape3{300, 256, 64}, Shape3{3, 128, 64}, Shape3{40, 80, 64}}) {
+    const int64_t N = 2 * c.inter;
+    auto w = PackedLinear::pack(
+        Tensor::from_vector(random_values(N * c.K, 60), {N, c.K}).to(DType::bf16), DType::bf16);
+    Tensor x = Tensor::from_vector(random_values(c.M * c.K, 61), {c.M, c.K}).to(DType::bf16);
+    Tensor gate_up = Tensor::empty({c.M, N}, DType::f32);
+    linear(x, *w, gate_up);
+    for (DType yt : {DType::bf16, DType::f32}) {
+      Tensor want = Tensor::empty({c.M, c.inter}, yt), got = Tensor::empty({c.M, c.inter}, yt);
+      silu_mul(gate_up, want);
+      linear_silu_mul(x, *w, got);
+      EXPECT_EQ(got.to_f32_vector(), want.to_f32_vector())
+          << "M " << c.M << ", inter " << c.inter << ", K " << c.K << ", " << dtype_name(yt);
+    }
+  }
+}
+
 TEST(Linear, PrimitivesAreReusedAcrossCalls) {
   // Repeated calls with the same shape must give identical results (a cached primitive, a reused
   // scratchpad), including after a call with another shape in between.

@@ -96,11 +96,15 @@ void silu_grad(const Tensor& x, const Tensor& dy, Tensor& dx) {
 class CpuBackend final : public graph::Backend {
  public:
   std::string name() const override { return "cpu"; }
-  bool supports(Op op) const override { return op != Op::kCount; }
+  bool supports(Op op) const override {
+    if (op == Op::LinearSiluMul) return detail::avx512_bf16_kernels();  // its fused kernel
+    return op != Op::kCount;
+  }
 
   std::shared_ptr<void> prepare(const graph::Graph& g, const Node& n,
                                 graph::WeightStore& weights) override {
-    if (n.op == Op::Linear || n.op == Op::LinearResidual) return prepare_linear(g, n, weights);
+    if (n.op == Op::Linear || n.op == Op::LinearResidual || n.op == Op::LinearSiluMul)
+      return prepare_linear(g, n, weights);
     if (n.op == Op::Embedding) return prepare_tied_embedding(g, n, weights);
     return nullptr;
   }
@@ -131,7 +135,8 @@ class CpuBackend final : public graph::Backend {
         case Op::Attention:  // B x T <= kGemvMaxM (the linears' rows): the decode path, no oneDNN
           break;
         case Op::Linear:
-        case Op::LinearResidual: {
+        case Op::LinearResidual:
+        case Op::LinearSiluMul: {
           const auto* p = static_cast<const PackedLinear*>(prepared[i].get());
           const int64_t rows = n.shape.empty() ? 0 : numel(n.shape) / n.shape.back();
           if (!p || p->compute_dtype() != DType::bf16 || rows > detail::kGemvMaxM) return false;
@@ -161,6 +166,8 @@ class CpuBackend final : public graph::Backend {
       case Op::Linear: return linear(in[0], *static_cast<const PackedLinear*>(prepared), out);
       case Op::LinearResidual:
         return linear(in[0], *static_cast<const PackedLinear*>(prepared), out, &in[1]);
+      case Op::LinearSiluMul:
+        return linear_silu_mul(in[0], *static_cast<const PackedLinear*>(prepared), out);
       case Op::BiasAdd: return bias_add(in[0], in[1], out);
       case Op::RMSNorm: return rms_norm(in[0], in[1], n.eps, out);
       case Op::Add: return add(in[0], in[1], out);

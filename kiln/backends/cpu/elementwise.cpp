@@ -23,10 +23,7 @@ inline float silu_scalar(float g) { return g / (1.f + std::exp(-g)); }
 
 #ifdef KILN_SIMD_VEC
 using detail::VecF, detail::kLanes, detail::vload, detail::vstore, detail::vzero, detail::vadd,
-    detail::vmul;
-inline VecF vsilu(VecF g) {
-  return detail::vdiv(g, vadd(detail::vset1(1.f), detail::vexp(detail::vsub(vzero(), g))));
-}
+    detail::vmul, detail::vsilu;
 #endif
 
 // y[i] = op(a[i], b[i]) for i < n (b[i] = 0 without b), each of a, b, y f32 or bf16: widened in

@@ -13,13 +13,11 @@
 // keeps a 6 x 64 f32 tile in 24 registers while it walks the k pairs of one A panel and one B
 // panel, then adds it into C once per k block. Each thread owns a range of C's rows or columns
 // (whichever avoids packing the same A twice).
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "kiln/backends/cpu/linear_dnnl.h"
-#include "kiln/backends/cpu/simd.h"
+#include "kiln/backends/cpu/simd.h"  // <immintrin.h>, under its GCC 12 warning pragma
 #include "kiln/core/threads.h"
 
 namespace kiln::cpu::detail {
@@ -248,6 +246,9 @@ struct TileOut {
   // over its k loop (see gemm_part).
   const char* prefetch = nullptr;
   int64_t prefetch_lines = 0;
+  // SwiGLU: the tile is the up projection, and gate (a [rows][64] f32 tile of the same rows)
+  // makes it SiLU(gate) * up before the store.
+  const float* gate = nullptr;
 };
 
 template <int R>
@@ -258,6 +259,8 @@ inline void store_tile(const __m512 (&acc)[R][4], const TileOut& o) {
     const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
     for (int r = 0; r < R; ++r) {
       __m512 v = acc[r][j];
+      if (o.gate)
+        v = _mm512_mul_ps(vsilu(_mm512_maskz_loadu_ps(mask, o.gate + r * kNR + 16 * j)), v);
       if (o.res && o.mode != Store::kAdd && o.mode != Store::kScaleAdd)
         v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, o.res + r * o.ldc + 16 * j));
       if (o.mode == Store::kSetBf16 || o.mode == Store::kStreamBf16) {
@@ -340,6 +343,10 @@ struct Problem {
   const uint16_t* b_packed = nullptr;
   int64_t b_panel_stride = 0;
   const float* res = nullptr;  // f32 [M, N] added to the product (may be c itself)
+  // SwiGLU (with b_packed, N % 64 == 0): the packed B is [gate | up], 2N columns, and C [M, N] =
+  // SiLU(A gate^T) * (A up^T). Each row tile runs on a gate panel, then on the up panel N columns
+  // further, whose store applies SiLU(gate) * up: K is one block.
+  bool swiglu = false;
 };
 
 // Untransposed A with even K: a row's k pairs are 32-bit words in place, no packing needed.
@@ -348,7 +355,7 @@ bool reads_a_in_place(const Problem& P) { return !P.trans_a && P.K % 2 == 0; }
 // C[m0, m1) x [n0, n1) on the calling thread.
 void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const bool in_place = reads_a_in_place(P);
-  const int64_t kc_max = P.c_bf16 ? P.K : std::min(P.K, kKC);
+  const int64_t kc_max = P.c_bf16 || P.swiglu ? P.K : std::min(P.K, kKC);
   const int64_t pairs_max = (kc_max + 1) / 2;
   const size_t elt = P.c_bf16 ? 2 : 4;
   const PairInterleave& il = pair_interleave();
@@ -399,6 +406,9 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
           const int64_t slice = (panel_lines + tile_count - 1) / tile_count;
           if (P.b_packed && ic == m0 && jr + kNR < nc)
             next_panel = reinterpret_cast<const char*>(bpanel + P.b_panel_stride);
+          // SwiGLU: the up panel's offset from the gate panel, and the gate tile's f32 values.
+          const int64_t up_offset = P.swiglu ? (P.N / kNR) * P.b_panel_stride : 0;
+          alignas(64) float gate_tile[kMR * kNR];
           for (int64_t ir = 0; ir < mc; ir += kMR) {
             const int64_t rows = std::min<int64_t>(kMR, mc - ir);
             const int64_t at = (ic + ir) * P.N + jc + jr;
@@ -413,8 +423,16 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
               out.prefetch = next_panel + first * 64;
               out.prefetch_lines = std::clamp<int64_t>(panel_lines - first, 0, slice);
             }
-            kTiles[rows](pairs, a_block + ir * layout.row_stride, layout.row_stride,
-                         layout.pair_stride, bpanel, out);
+            const uint16_t* a_tile = a_block + ir * layout.row_stride;
+            if (P.swiglu) {
+              TileOut gate_out{gate_tile, nullptr, kNR, kNR, Store::kSet, 0.f, out.prefetch,
+                               out.prefetch_lines};
+              kTiles[rows](pairs, a_tile, layout.row_stride, layout.pair_stride, bpanel, gate_out);
+              out.gate = gate_tile;
+              if (out.prefetch) out.prefetch += up_offset * 2;  // the next up panel (bytes)
+            }
+            kTiles[rows](pairs, a_tile, layout.row_stride, layout.pair_stride,
+                         bpanel + up_offset, out);
           }
         }
       }
@@ -477,6 +495,17 @@ bool gemm_bf16_packed(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t*
   return true;
 }
 
+bool gemm_bf16_packed_swiglu(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w,
+                             int64_t inter, void* y, bool y_bf16) {
+  if (Kp == 0 || Kp % 2 || Kp > kMaxBf16K || inter % kNR) return false;
+  Problem P{xb, Kp, false, nullptr, 0, false, M, inter, Kp, 0.f, y, y_bf16};
+  P.b_packed = w;
+  P.b_panel_stride = Kp * kNR;
+  P.swiglu = true;
+  run(P);
+  return true;
+}
+
 #else
 
 bool gemm_bf16(const uint16_t*, bool, const uint16_t*, bool, int64_t, int64_t, int64_t, float,
@@ -486,6 +515,11 @@ bool gemm_bf16(const uint16_t*, bool, const uint16_t*, bool, int64_t, int64_t, i
 
 bool gemm_bf16_packed(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, void*, bool,
                       const float*, int64_t) {
+  return false;
+}
+
+bool gemm_bf16_packed_swiglu(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, void*,
+                             bool) {
   return false;
 }
 

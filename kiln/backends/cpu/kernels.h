@@ -49,6 +49,11 @@ class PackedLinear {
 // Must be fast for M = 1..8 (decode, memory bound: stream W once) and M >= 32 (prefill, FLOP bound).
 void linear(const Tensor& x, const PackedLinear& w, Tensor& y, const Tensor* residual = nullptr);
 
+// y [M, I] = SiLU(x Wg^T) * (x Wu^T) for a gate_up weight W = [Wg; Wu] [2I, K]: linear then
+// silu_mul, bit for bit, with the SiLU-mul done in the GEMM's store where the bf16 kernel runs
+// (prefill: the f32 [M, 2I] gate_up is never written).
+void linear_silu_mul(const Tensor& x, const PackedLinear& w, Tensor& y);
+
 // ---------------------------------------------------------------------------------------------------
 // Element-wise and normalisation.
 

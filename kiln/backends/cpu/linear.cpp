@@ -10,6 +10,7 @@
 
 #include "kiln/backends/cpu/kernels.h"
 #include "kiln/backends/cpu/linear_dnnl.h"
+#include "kiln/backends/cpu/simd.h"
 #include "kiln/core/error.h"
 #include "kiln/core/threads.h"
 
@@ -339,6 +340,31 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor
   }
   detail::run_matmul(mm, std::move(args));
   if (via_f32) convert(dst, DType::f32, y.raw(), DType::bf16, M * N);
+}
+
+void linear_silu_mul(const Tensor& x, const PackedLinear& packed, Tensor& y) {
+  const auto& w = dynamic_cast<const PackedLinearImpl&>(packed);
+  const int64_t N = w.n_, K = w.k_, inter = N / 2;
+  KILN_CHECK(N % 2 == 0 && x.ndim() >= 1 && x.dim(-1) == K, "linear_silu_mul: x ",
+             shape_str(x.shape()), " and a gate_up weight of ", N, " rows");
+  const int64_t M = x.numel() / K;
+  KILN_CHECK(detail::is_act(y.dtype()) && y.numel() == M * inter && y.dim(-1) == inter,
+             "linear_silu_mul: y ", shape_str(y.shape()), " is not act [", M, ", ", inter, "]");
+  if (M == 0) return;
+  if (w.compute_ == DType::bf16 && x.dtype() == DType::bf16 && w.kp_ == K &&
+      M > detail::kGemvMaxM && detail::bf16_linear_on_kiln() && !detail::gemm_onednn_only() &&
+      detail::gemm_bf16_packed_swiglu(static_cast<const uint16_t*>(x.raw()), M, K,
+                                      static_cast<const uint16_t*>(w.buf_->ptr), inter, y.raw(),
+                                      y.dtype() == DType::bf16))
+    return;
+  // Elsewhere the two ops, through an f32 gate_up: decode's few rows (the GEMV) and shapes the
+  // kernel does not take (the graph fuses only for bf16 on CPUs that have it: cpu_backend.cpp).
+  thread_local Tensor gate_up;
+  if (!gate_up.defined() || gate_up.numel() < M * N) gate_up = Tensor::empty({M * N}, DType::f32);
+  Tensor g = gate_up.slice0(0, M * N).reshape({M, N});
+  linear(x, packed, g);
+  Tensor y2 = y.reshape({M, inter});
+  silu_mul(g, y2);
 }
 
 }  // namespace kiln::cpu

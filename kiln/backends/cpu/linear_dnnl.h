@@ -113,6 +113,13 @@ bool gemm_onednn_only();
 bool gemm_bf16_packed(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N,
                       void* y, bool y_bf16, const float* residual, int64_t panel_stride = 0);
 
+// SwiGLU on the same kernel: w is a gate_up weight packed for Kp ([gate; up], 2 * inter rows) and
+// y[M, inter] = SiLU(xb gate^T) * (xb up^T), rounded once where y is bf16, bit for bit what
+// gemm_bf16_packed followed by silu_mul gives. Returns false where it does not apply (no
+// AVX512_BF16, odd Kp or Kp > 4096, inter not a multiple of 64).
+bool gemm_bf16_packed_swiglu(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w,
+                             int64_t inter, void* y, bool y_bf16);
+
 // Packs B [kc, nc] (B[k, n] = b[k * ldb + n], or b[n * ldb + k] if trans) as the B panels of
 // gemm_bf16_packed: panels of 64 columns, [(kc + 1) / 2 k pairs][64][2] each (panel stride
 // (kc + 1) / 2 * 128 elements), zero past kc and nc; `out` 64-byte aligned. In every build (the

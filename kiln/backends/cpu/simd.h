@@ -250,6 +250,12 @@ inline VecF vselect_bits(uint32_t bits, VecF a, VecF b) { return _mm256_blendv_p
 inline VecF vround_bf16(VecF v) { return round_bf16x8(v); }
 #endif
 
+#ifdef KILN_SIMD_VEC
+// SiLU(g) = g / (1 + exp(-g)), the one vector form: silu_mul and the SwiGLU GEMM epilogue give
+// the same bits.
+inline VecF vsilu(VecF g) { return vdiv(g, vadd(vset1(1.f), vexp(vsub(vzero(), g)))); }
+#endif
+
 // Asks for [p, p + bytes) in L1 ahead of use. The wide-row kernels (q/k-norm + RoPE, SwiGLU) call
 // it on a row a few rows ahead: in a model their input comes cold after a GEMM's weight stream, and
 // the hardware prefetcher alone streamed it at 23-35 GB/s (bench/bench_ops.cpp, cold rows).

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -74,6 +75,66 @@ void read_blocks(const ReadBuffer& r) {
       for (int i = 0; i < 8; ++i) sum[i] += p[i];
     read_sink += sum[0] ^ sum[7];
   });
+}
+
+// The GEMM epilogues against the pairs they replace, over all layers' weights, alternated in one
+// process (a pair's f32 projection goes to memory and back; the fused op's never leaves the
+// tile): qkv then q/k-norm + RoPE + cache (one prompt of M tokens, Qwen3's 16/8 heads of 128),
+// and gate_up then SiLU * up.
+void time_epilogues(int64_t M, const Tensor& x_all,
+                    const std::vector<std::shared_ptr<PackedLinear>>& qkv,
+                    const std::vector<std::shared_ptr<PackedLinear>>& gate_up, int reps) {
+  const int64_t hq = 16, hkv = 8, d = 128, inter = 3072;
+  Tensor x = x_all.reshape({M * 3072}).slice0(0, M * 1024).reshape({M, 1024});
+  std::vector<int32_t> pos(static_cast<size_t>(M));
+  for (int64_t i = 0; i < M; ++i) pos[size_t(i)] = int32_t(i);
+  const Tensor positions = Tensor::from_vector(pos, {1, M});
+  std::vector<float> table(static_cast<size_t>(M * d));
+  for (int64_t p = 0; p < M; ++p)
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double a = double(p) * std::pow(1e6, -2.0 * double(i) / double(d));
+      table[size_t(p * d + i)] = float(std::cos(a));
+      table[size_t(p * d + d / 2 + i)] = float(std::sin(a));
+    }
+  const Tensor cos_sin = Tensor::from_vector(table, {M, d});
+  const Tensor norm = random_bf16(1, d, 11).reshape({d});
+  Tensor q = Tensor::empty({1, M, hq, d}, DType::f32);
+  Tensor k_cache = Tensor::zeros({1, M, hkv, d}, DType::bf16);
+  Tensor v_cache = Tensor::zeros({1, M, hkv, d}, DType::bf16);
+  Tensor proj = Tensor::empty({M, (hq + 2 * hkv) * d}, DType::f32);
+  Tensor gu = Tensor::empty({M, 2 * inter}, DType::f32), act = Tensor::empty({M, inter}, DType::bf16);
+  std::vector<double> t[4];  // qkv pair, qkv fused, gate_up pair, gate_up fused
+  for (int r = 0; r < reps; ++r) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const double t0 = now_s();
+      for (size_t l = 0; l < qkv.size(); ++l) {
+        if (variant == 0) {
+          linear(x, *qkv[l], proj);
+          kiln::cpu::qk_norm_rope_cache(proj, norm, norm, 1e-6f, positions, cos_sin, 0, q, k_cache, v_cache);
+        } else if (variant == 1) {
+          linear_qk_norm_rope_cache(x, *qkv[l], norm, norm, 1e-6f, positions, cos_sin, 0, q, k_cache,
+                                    v_cache);
+        } else if (variant == 2) {
+          linear(x, *gate_up[l], gu);
+          kiln::cpu::silu_mul(gu, act);
+        } else {
+          linear_silu_mul(x, *gate_up[l], act);
+        }
+      }
+      t[variant].push_back(now_s() - t0);
+    }
+  }
+  for (auto& v : t) std::sort(v.begin(), v.end());
+  auto range = [](const std::vector<double>& v) {
+    static char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.1f-%.1f (median %.1f)", v.front() * 1e3, v.back() * 1e3,
+                  v[v.size() / 2] * 1e3);
+    return std::string(buf);
+  };
+  std::printf("M=%-4lld epilogues, %zu layers, ms: qkv + q/k-norm/RoPE/cache %s -> fused %s;"
+              " gate_up + SiLU * up %s -> fused %s\n",
+              (long long)M, qkv.size(), range(t[0]).c_str(), range(t[1]).c_str(),
+              range(t[2]).c_str(), range(t[3]).c_str());
 }
 
 }  // namespace
@@ -251,10 +312,12 @@ int main(int argc, char** argv) {
       }
       std::sort(times.begin(), times.end());
       std::printf("M=%-4lld the layers' linears in model order: best %.1f ms, %.0f GFLOP/s (%.0f%%"
-                  " of machine peak); median %.1f ms, %.0f GFLOP/s\n\n",
+                  " of machine peak); median %.1f ms, %.0f GFLOP/s\n",
                   (long long)M, times.front() * 1e3, layer_flops / times.front() / 1e9,
                   100 * layer_flops / times.front() / machine_peak,
                   times[times.size() / 2] * 1e3, layer_flops / times[times.size() / 2] / 1e9);
+      time_epilogues(M, x, packed[0], packed[2], reps);
+      std::printf("\n");
     }
   }
   return 0;

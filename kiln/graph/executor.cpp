@@ -104,8 +104,8 @@ std::shared_ptr<Executable> Executable::compile(Graph g, Backend& backend, Weigh
     if (o.fuse_qk_norm_rope) g = fuse_qk_norm_rope(g);
     g = eliminate_dead_code(g);
     // (After dead code: the splits SiluMul replaced would still count as the gate_up's users.)
-    if (o.fuse_silu_mul_epilogue && backend.supports(Op::LinearSiluMul))
-      g = fuse_silu_mul_epilogue(g);
+    if (o.fuse_linear_epilogues)
+      g = fuse_linear_epilogues(g, [&](Op op) { return backend.supports(op); });
     if (o.fuse_residual) g = fuse_residual(g);
   }
   g = eliminate_dead_code(g);

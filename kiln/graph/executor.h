@@ -24,7 +24,7 @@ namespace kiln::graph {
 struct CompileOptions {
   bool fuse = true;  // all fusion passes
   bool fuse_linears = true, fuse_silu_mul = true, fuse_qk_norm_rope = true, fuse_residual = true;
-  bool fuse_silu_mul_epilogue = true;  // where the backend supports LinearSiluMul
+  bool fuse_linear_epilogues = true;  // where the backend supports the fused op
   bool plan_memory = true;
 };
 

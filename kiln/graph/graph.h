@@ -46,6 +46,8 @@ enum class Op : uint8_t {
   Rope,             // (x f32 [B, T, H, D], positions i32 [B, T], cos_sin f32 [P, D]) -> rotated copy
   KVCacheWrite,     // (x f32 [B, T, Hkv, D], cache State) -> cache, slots from the run's slot_offset
   QKNormRopeCache,  // (qkv, q_norm, k_norm, positions, cos_sin, k_cache, v_cache) -> q f32; writes caches
+  LinearQKNormRopeCache,  // (x, positions, cos_sin, k_cache, v_cache[, q_norm, k_norm]) -> the same
+                          //   from x and the qkv weights (QKNormRopeCache over Linear, fused)
   Attention,        // (q f32 [B,T,Hq,D], k [B,L,Hkv,D], v, kv_mask i32 [B, L]) -> act [B,T,Hq,D]
   TakeLastRows,     // (x [B*T, H]) -> [B, H]: row t = T-1 of each batch entry
   Cast,             // (x) -> attrs dtype

@@ -213,20 +213,27 @@ Graph fuse_qk_norm_rope(const Graph& g) {
   });
 }
 
-Graph fuse_silu_mul_epilogue(const Graph& g) {
+Graph fuse_linear_epilogues(const Graph& g, const std::function<bool(Op)>& supported) {
   auto users = users_of(g);
   Rewriter rw(g);
   return rw.run([&](Value, const Node& n) -> Value {
-    if (n.op != Op::SiluMul) return kCopy;
+    const Op fused = n.op == Op::SiluMul           ? Op::LinearSiluMul
+                     : n.op == Op::QKNormRopeCache ? Op::LinearQKNormRopeCache
+                                                   : Op::kCount;
+    if (fused == Op::kCount || !supported(fused)) return kCopy;
     Value lin = n.inputs[0];
-    // A bf16 x only: the epilogue is the bf16 GEMM's (an f32 model keeps the reference path). A
-    // gate_up that something else reads (training's backward) stays stored.
+    // A bf16 x only: the epilogues are the bf16 GEMM's (an f32 model keeps the reference path). A
+    // projection that something else reads (training's backward) stays stored.
     if (!is(g, lin, Op::Linear) || users[size_t(lin)].size() != 1) return kCopy;
     const Node& l = g.node(lin);
     if (g.node(l.inputs[0]).dtype != DType::bf16) return kCopy;
-    return rw.emit({.op = Op::LinearSiluMul, .inputs = {rw.map(l.inputs[0])}, .shape = n.shape,
-                    .dtype = n.dtype, .name = l.name + "+silu_mul",
-                    .weight_names = l.weight_names});
+    Node f = n;  // the epilogue's attributes and its other inputs, x in place of the projection
+    f.op = fused;
+    f.inputs[0] = l.inputs[0];
+    for (Value& in : f.inputs) in = rw.map(in);
+    f.name = l.name + "+" + n.name;
+    f.weight_names = l.weight_names;
+    return rw.emit(std::move(f));
   });
 }
 

@@ -4,12 +4,15 @@
 // Fusions (each replaces a composition of simpler ops that stays the eager/reference path):
 //   fuse_sibling_linears  Linear ops reading the same x (q/k/v, gate/up) -> one Linear + SplitColumns
 //   fuse_silu_mul         Mul(SiLU(gate), up) over one fused gate_up   -> SiluMul
-//   fuse_silu_mul_epilogue SiluMul(Linear(x)) with a bf16 x             -> LinearSiluMul (GEMM
-//                         epilogue; the f32 gate_up is never stored)
+//   fuse_linear_epilogues SiluMul(Linear(x)), QKNormRopeCache(Linear(x), ...) with a bf16 x
+//                         -> LinearSiluMul, LinearQKNormRopeCache (GEMM epilogues: the f32
+//                         projection is never stored), for the ops `supported` accepts
 //   fuse_qk_norm_rope     split + per-head RMSNorm + RoPE + cache writes -> QKNormRopeCache
 //   fuse_residual         Add(r, Linear(x))                             -> LinearResidual (GEMM epilogue)
 //   eliminate_dead_code   drops nodes no output or side effect needs
 #pragma once
+
+#include <functional>
 
 #include "kiln/graph/graph.h"
 
@@ -17,7 +20,7 @@ namespace kiln::graph {
 
 Graph fuse_sibling_linears(const Graph& g);
 Graph fuse_silu_mul(const Graph& g);
-Graph fuse_silu_mul_epilogue(const Graph& g);
+Graph fuse_linear_epilogues(const Graph& g, const std::function<bool(Op)>& supported);
 Graph fuse_qk_norm_rope(const Graph& g);
 Graph fuse_residual(const Graph& g);
 Graph eliminate_dead_code(const Graph& g);

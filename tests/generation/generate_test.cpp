@@ -11,6 +11,8 @@
 #include "kiln/backends/cpu/linear_dnnl.h"
 #include "kiln/core/error.h"
 #include "kiln/graph/executor.h"
+#include "kiln/io/atomic_file.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/models/create_model.h"
 #include "tests/support.h"
 
@@ -90,27 +92,37 @@ TEST(Generate, CompiledEqualsEagerLogits) {
   EXPECT_LT(worst, 1e-4);
 }
 
-TEST(Generate, CompiledEqualsEagerLogitsBf16WithTheSiluMulEpilogue) {
-  // The `small` preset's intermediate (768) is a multiple of 64, so a compiled bf16 prefill of
-  // more than 4 tokens runs SwiGLU in the GEMM's store where this CPU has AVX512_BF16 (the tiny
-  // model's 160 takes the fallback).
+TEST(Generate, CompiledEqualsEagerLogitsBf16WithTheGemmEpilogues) {
+  // The `small` preset with head_dim 128 (Qwen3's) and two layers: its intermediate (768) is a
+  // multiple of 64 and its heads are two GEMM panels, so a compiled bf16 prefill of more than 4
+  // tokens runs SwiGLU and the q/k-norm + RoPE + cache prologue in the GEMM's stores where this
+  // CPU has AVX512_BF16 (the tiny model's shapes take the fallbacks).
   const std::string dir =
-      (std::filesystem::temp_directory_path() / "kiln_generate_test_small").string();
-  kiln::models::create_model(dir, "small", 3, kiln::DType::bf16, "");
+      (std::filesystem::temp_directory_path() / "kiln_generate_test_epilogues").string();
+  std::filesystem::create_directories(dir);
+  auto j = kiln::models::preset_config_json("small", kiln::DType::bf16);
+  j["head_dim"] = 128;
+  j["num_hidden_layers"] = 2;
+  kiln::io::write_file_atomic(dir + "/config.json", j.dump(2));
+  kiln::io::save_safetensors(
+      dir + "/model.safetensors",
+      kiln::models::random_weights(kiln::models::ModelConfig::from_json(j, "config.json"), 3,
+                                   kiln::DType::bf16));
   auto compiled = kiln::AutoModelForCausalLM::from_pretrained(dir, {.dtype = kiln::DType::bf16});
   auto eager = kiln::AutoModelForCausalLM::from_pretrained(
       dir, {.dtype = kiln::DType::bf16, .disable_compile = true});
-  const int64_t T = 40;
+  const int64_t T = 40, L = 48;  // slots past the prompt stay unwritten
   std::vector<int32_t> ids(static_cast<size_t>(T)), pos(static_cast<size_t>(T)),
-      kv(static_cast<size_t>(T), 1);
+      kv(static_cast<size_t>(L), 0);
   for (int64_t i = 0; i < T; ++i) {
     ids[size_t(i)] = int32_t((i * 7919 + 13) % 150000);
     pos[size_t(i)] = int32_t(i);
+    kv[size_t(i)] = 1;
   }
   auto run = [&](kiln::models::CausalLM& m) {
-    auto cache = m.make_cache(1, T);
+    auto cache = m.make_cache(1, L);
     return m.forward("prefill", kiln::Tensor::from_vector(ids, {1, T}),
-                     kiln::Tensor::from_vector(pos, {1, T}), kiln::Tensor::from_vector(kv, {1, T}),
+                     kiln::Tensor::from_vector(pos, {1, T}), kiln::Tensor::from_vector(kv, {1, L}),
                      cache, 0).to_f32_vector();
   };
   auto a = run(*compiled), b = run(*eager);
@@ -120,8 +132,8 @@ TEST(Generate, CompiledEqualsEagerLogitsBf16WithTheSiluMulEpilogue) {
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
   EXPECT_LT(worst, 1e-4);
-  // And the compiled prefill did take the epilogue where the CPU has the kernel.
-  int fused = 0;
+  // And the compiled prefill did take the epilogues where the CPU has the kernel.
+  std::map<kiln::graph::Op, int> fused;
   for (const auto& key : compiled->compile_cache().keys()) {
     auto exe = compiled->compile_cache().get_or_compile(key, [] {
       ADD_FAILURE() << "the prefill graph was not cached";
@@ -129,10 +141,11 @@ TEST(Generate, CompiledEqualsEagerLogitsBf16WithTheSiluMulEpilogue) {
     });
     if (key.function != "prefill" || !exe) continue;
     for (const auto& n : exe->graph().nodes)
-      fused += !n.dead && n.op == kiln::graph::Op::LinearSiluMul;
+      if (!n.dead) ++fused[n.op];
   }
-  const bool kernel = kiln::cpu::detail::avx512_bf16_kernels();
-  EXPECT_EQ(fused, kernel ? compiled->config().num_hidden_layers : 0);
+  const int want = kiln::cpu::detail::avx512_bf16_kernels() ? 2 : 0;
+  EXPECT_EQ(fused[kiln::graph::Op::LinearSiluMul], want);
+  EXPECT_EQ(fused[kiln::graph::Op::LinearQKNormRopeCache], want);
   std::filesystem::remove_all(dir);
 }
 

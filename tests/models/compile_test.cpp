@@ -49,20 +49,30 @@ TEST(Compile, Qwen3FusionsFireOncePerLayer) {
   EXPECT_EQ(after[Op::Add], 0);
 }
 
-TEST(Compile, SiluMulEpilogueTakesTheGateUpOfABf16Model) {
+TEST(Compile, LinearEpiloguesTakeTheProjectionsOfABf16Model) {
   auto cfg = kiln::models::ModelConfig::from_pretrained(kTiny);
   const int layers = int(cfg.num_hidden_layers);
-  auto g = kiln::graph::eliminate_dead_code(kiln::graph::fuse_silu_mul_epilogue(
-      fused(kiln::models::build_decoder_graph(cfg, kiln::DType::bf16, "prefill", 1, 32, 64))));
+  auto all = [](Op) { return true; };
+  auto g = kiln::graph::eliminate_dead_code(kiln::graph::fuse_linear_epilogues(
+      fused(kiln::models::build_decoder_graph(cfg, kiln::DType::bf16, "prefill", 1, 32, 64)), all));
   auto n = op_counts(g);
   EXPECT_EQ(n[Op::LinearSiluMul], layers);
+  EXPECT_EQ(n[Op::LinearQKNormRopeCache], layers);
   EXPECT_EQ(n[Op::SiluMul], 0);
-  EXPECT_EQ(n[Op::Linear], layers + 1);  // fused qkv, lm_head
-  // An f32 model keeps SiluMul over a stored gate_up (the reference path).
-  auto f = op_counts(kiln::graph::fuse_silu_mul_epilogue(
-      fused(kiln::models::build_decoder_graph(cfg, kiln::DType::f32, "prefill", 1, 32, 64))));
-  EXPECT_EQ(f[Op::LinearSiluMul], 0);
+  EXPECT_EQ(n[Op::QKNormRopeCache], 0);
+  EXPECT_EQ(n[Op::Linear], 1);  // lm_head
+  // Only the ops the backend supports.
+  auto only_swiglu = op_counts(kiln::graph::eliminate_dead_code(kiln::graph::fuse_linear_epilogues(
+      fused(kiln::models::build_decoder_graph(cfg, kiln::DType::bf16, "prefill", 1, 32, 64)),
+      [](Op op) { return op == Op::LinearSiluMul; })));
+  EXPECT_EQ(only_swiglu[Op::LinearSiluMul], layers);
+  EXPECT_EQ(only_swiglu[Op::QKNormRopeCache], layers);
+  // An f32 model keeps both over stored projections (the reference path).
+  auto f = op_counts(kiln::graph::fuse_linear_epilogues(
+      fused(kiln::models::build_decoder_graph(cfg, kiln::DType::f32, "prefill", 1, 32, 64)), all));
+  EXPECT_EQ(f[Op::LinearSiluMul] + f[Op::LinearQKNormRopeCache], 0);
   EXPECT_EQ(f[Op::SiluMul], layers);
+  EXPECT_EQ(f[Op::QKNormRopeCache], layers);
 }
 
 TEST(Compile, Qwen2WithBiasKeepsTheUnfusedPrologue) {

@@ -320,6 +320,77 @@ TEST(Linear, SiluMulEpilogueEqualsLinearThenSiluMul) {
           << "M " << c.M << ", inter " << c.inter << ", K " << c.K << ", " << dtype_name(yt);
     }
   }
+  // K past one block of the f32 GEMM (1024): the fused GEMM sums all of K in one chain where the
+  // unfused one adds two blocks' sums, so the two agree within f32 rounding (then the output's).
+  const int64_t M = 40, inter = 64, K = 1088;
+  auto w = PackedLinear::pack(
+      Tensor::from_vector(random_values(2 * inter * K, 62), {2 * inter, K}).to(DType::bf16),
+      DType::bf16);
+  Tensor x = Tensor::from_vector(random_values(M * K, 63), {M, K}).to(DType::bf16);
+  Tensor gate_up = Tensor::empty({M, 2 * inter}, DType::f32);
+  linear(x, *w, gate_up);
+  for (DType yt : {DType::bf16, DType::f32}) {
+    Tensor want = Tensor::empty({M, inter}, yt), got = Tensor::empty({M, inter}, yt);
+    silu_mul(gate_up, want);
+    linear_silu_mul(x, *w, got);
+    const auto g = got.to_f32_vector(), e = want.to_f32_vector();
+    const double rel = yt == DType::bf16 ? 1.0 / 128 : 1e-5;  // one bf16 step; f32 sums of 1088
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], e[i], rel * std::fabs(e[i]) + 1e-5) << i << ", " << dtype_name(yt);
+  }
+}
+
+TEST(Linear, QkNormRopeEpilogueEqualsLinearThenQkNormRopeCache) {
+  // linear_qk_norm_rope_cache is linear into an f32 qkv projection, then qk_norm_rope_cache, bit
+  // for bit: in the bf16 GEMM's tiles (head_dim 128, more than 4 rows; rows of two batch entries,
+  // a slot offset, caches longer than the prompt) and in the fallbacks (4 rows: the GEMV; head_dim
+  // 64), with and without q/k-norm, into bf16 and f32 caches.
+  struct Shape5 {
+    int64_t b, t, hq, hkv, d;
+  };
+  const int64_t K = 192, off = 3;
+  for (const Shape5 c : {Shape5{2, 37, 4, 2, 128}, Shape5{1, 130, 2, 1, 128},
+                         Shape5{1, 4, 2, 1, 128}, Shape5{1, 20, 2, 1, 64}}) {
+    const int64_t M = c.b * c.t, N = (c.hq + 2 * c.hkv) * c.d, L = c.t + off + 2;
+    auto w = PackedLinear::pack(
+        Tensor::from_vector(random_values(N * K, 70), {N, K}).to(DType::bf16), DType::bf16);
+    Tensor x = Tensor::from_vector(random_values(M * K, 71), {M, K}).to(DType::bf16);
+    std::vector<int32_t> pos(static_cast<size_t>(M));
+    for (int64_t m = 0; m < M; ++m) pos[size_t(m)] = int32_t(off + m % c.t + 5 * (m / c.t));
+    Tensor positions = Tensor::from_vector(pos, {c.b, c.t});
+    std::vector<float> table(static_cast<size_t>(512 * c.d));
+    for (int64_t p = 0; p < 512; ++p)
+      for (int64_t i = 0; i < c.d / 2; ++i) {
+        const double a = double(p) * std::pow(1e4, -2.0 * double(i) / double(c.d));
+        table[size_t(p * c.d + i)] = float(std::cos(a));
+        table[size_t(p * c.d + c.d / 2 + i)] = float(std::sin(a));
+      }
+    Tensor cos_sin = Tensor::from_vector(table, {512, c.d});
+    Tensor proj = Tensor::empty({M, N}, DType::f32);
+    linear(x, *w, proj);
+    for (bool norm : {true, false})
+      for (DType cache : {DType::bf16, DType::f32}) {
+        Tensor qn, kn;
+        if (norm) {
+          qn = Tensor::from_vector(random_values(c.d, 72), {c.d}).to(DType::bf16);
+          kn = Tensor::from_vector(random_values(c.d, 73), {c.d}).to(DType::bf16);
+        }
+        auto outputs = [&](bool fused) {
+          Tensor q = Tensor::empty({c.b, c.t, c.hq, c.d}, DType::f32);
+          Tensor kc = Tensor::zeros({c.b, L, c.hkv, c.d}, cache);
+          Tensor vc = Tensor::zeros({c.b, L, c.hkv, c.d}, cache);
+          if (fused)
+            linear_qk_norm_rope_cache(x, *w, qn, kn, 1e-6f, positions, cos_sin, off, q, kc, vc);
+          else
+            qk_norm_rope_cache(proj, qn, kn, 1e-6f, positions, cos_sin, off, q, kc, vc);
+          return std::vector<std::vector<float>>{q.to_f32_vector(), kc.to_f32_vector(),
+                                                 vc.to_f32_vector()};
+        };
+        EXPECT_EQ(outputs(true), outputs(false))
+            << "B " << c.b << ", T " << c.t << ", heads " << c.hq << "/" << c.hkv << ", D " << c.d
+            << (norm ? ", q/k-norm, " : ", no norm, ") << dtype_name(cache) << " cache";
+      }
+  }
 }
 
 TEST(Linear, PrimitivesAreReusedAcrossCalls) {

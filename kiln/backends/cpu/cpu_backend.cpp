@@ -97,13 +97,16 @@ class CpuBackend final : public graph::Backend {
  public:
   std::string name() const override { return "cpu"; }
   bool supports(Op op) const override {
-    if (op == Op::LinearSiluMul) return detail::avx512_bf16_kernels();  // its fused kernel
+    // The GEMM epilogues: where kiln's bf16 GEMM is built (elsewhere the unfused pair is better).
+    if (op == Op::LinearSiluMul || op == Op::LinearQKNormRopeCache)
+      return detail::avx512_bf16_kernels();
     return op != Op::kCount;
   }
 
   std::shared_ptr<void> prepare(const graph::Graph& g, const Node& n,
                                 graph::WeightStore& weights) override {
-    if (n.op == Op::Linear || n.op == Op::LinearResidual || n.op == Op::LinearSiluMul)
+    if (n.op == Op::Linear || n.op == Op::LinearResidual || n.op == Op::LinearSiluMul ||
+        n.op == Op::LinearQKNormRopeCache)
       return prepare_linear(g, n, weights);
     if (n.op == Op::Embedding) return prepare_tied_embedding(g, n, weights);
     return nullptr;
@@ -136,7 +139,8 @@ class CpuBackend final : public graph::Backend {
           break;
         case Op::Linear:
         case Op::LinearResidual:
-        case Op::LinearSiluMul: {
+        case Op::LinearSiluMul:
+        case Op::LinearQKNormRopeCache: {
           const auto* p = static_cast<const PackedLinear*>(prepared[i].get());
           const int64_t rows = n.shape.empty() ? 0 : numel(n.shape) / n.shape.back();
           if (!p || p->compute_dtype() != DType::bf16 || rows > detail::kGemvMaxM) return false;
@@ -179,11 +183,16 @@ class CpuBackend final : public graph::Backend {
         std::memcpy(out.raw(), in[0].raw(), out.nbytes());
         return rope(out, in[1], in[2]);
       case Op::KVCacheWrite: return kv_cache_write(in[1], ctx.slot_offset, out);
-      case Op::QKNormRopeCache: {
+      case Op::QKNormRopeCache:
+      case Op::LinearQKNormRopeCache: {
         Tensor k_cache = in[3], v_cache = in[4];
         Tensor no_norm;
         const Tensor& qn = in.size() > 5 ? in[5] : no_norm;
         const Tensor& kn = in.size() > 6 ? in[6] : no_norm;
+        if (n.op == Op::LinearQKNormRopeCache)
+          return linear_qk_norm_rope_cache(in[0], *static_cast<const PackedLinear*>(prepared), qn,
+                                           kn, n.eps, in[1], in[2], ctx.slot_offset, out, k_cache,
+                                           v_cache);
         return qk_norm_rope_cache(in[0], qn, kn, n.eps, in[1], in[2], ctx.slot_offset, out, k_cache,
                                   v_cache);
       }

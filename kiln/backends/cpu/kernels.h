@@ -50,8 +50,9 @@ class PackedLinear {
 void linear(const Tensor& x, const PackedLinear& w, Tensor& y, const Tensor* residual = nullptr);
 
 // y [M, I] = SiLU(x Wg^T) * (x Wu^T) for a gate_up weight W = [Wg; Wu] [2I, K]: linear then
-// silu_mul, bit for bit, with the SiLU-mul done in the GEMM's store where the bf16 kernel runs
-// (prefill: the f32 [M, 2I] gate_up is never written).
+// silu_mul, bit for bit where K is one block of the bf16 GEMM (K <= 1024; beyond, within f32
+// rounding), with the SiLU-mul done in the GEMM's store where the bf16 kernel runs (prefill: the
+// f32 [M, 2I] gate_up is never written).
 void linear_silu_mul(const Tensor& x, const PackedLinear& w, Tensor& y);
 
 // ---------------------------------------------------------------------------------------------------
@@ -93,6 +94,14 @@ void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin);
 void qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
                         const Tensor& positions, const Tensor& cos_sin, int64_t slot_offset,
                         Tensor& q_out, Tensor& k_cache, Tensor& v_cache);
+// The same from x [B*T, K] and the packed qkv weight: linear then qk_norm_rope_cache, bit for bit
+// where K is one block of the bf16 GEMM (K <= 1024; beyond, within f32 rounding), with the
+// prologue applied to the GEMM's f32 tiles where that kernel runs (prefill: the f32 projection is
+// never stored).
+void linear_qk_norm_rope_cache(const Tensor& x, const PackedLinear& w, const Tensor& q_norm,
+                               const Tensor& k_norm, float eps, const Tensor& positions,
+                               const Tensor& cos_sin, int64_t slot_offset, Tensor& q_out,
+                               Tensor& k_cache, Tensor& v_cache);
 // Unfused part: cache [B, L, Hkv, D] slots [slot_offset, slot_offset + T) = x [B, T, Hkv, D].
 // x: f32; cache: act.
 void kv_cache_write(const Tensor& x, int64_t slot_offset, Tensor& cache);

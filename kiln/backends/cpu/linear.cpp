@@ -367,4 +367,32 @@ void linear_silu_mul(const Tensor& x, const PackedLinear& packed, Tensor& y) {
   silu_mul(g, y2);
 }
 
+void linear_qk_norm_rope_cache(const Tensor& x, const PackedLinear& packed, const Tensor& q_norm,
+                               const Tensor& k_norm, float eps, const Tensor& positions,
+                               const Tensor& cos_sin, int64_t slot_offset, Tensor& q_out,
+                               Tensor& k_cache, Tensor& v_cache) {
+  const auto& w = dynamic_cast<const PackedLinearImpl&>(packed);
+  const int64_t N = w.n_, K = w.k_;
+  KILN_CHECK(x.ndim() >= 1 && x.dim(-1) == K, "linear_qk_norm_rope_cache: x ",
+             shape_str(x.shape()), " does not end in in_features ", K);
+  const int64_t M = x.numel() / K;
+  if (w.compute_ == DType::bf16 && x.dtype() == DType::bf16 && w.kp_ == K &&
+      M > detail::kGemvMaxM && detail::bf16_linear_on_kiln() && !detail::gemm_onednn_only()) {
+    const auto e = detail::QkvEpilogue::make("linear_qk_norm_rope_cache", M, N, q_norm, k_norm,
+                                             eps, positions, cos_sin, slot_offset, q_out, k_cache,
+                                             v_cache);
+    if (detail::gemm_bf16_packed_qkv(static_cast<const uint16_t*>(x.raw()), M, K,
+                                     static_cast<const uint16_t*>(w.buf_->ptr), e))
+      return;
+  }
+  // Elsewhere the two ops, through an f32 projection (decode's few rows; shapes the kernel does
+  // not take).
+  thread_local Tensor qkv;
+  if (!qkv.defined() || qkv.numel() < M * N) qkv = Tensor::empty({M * N}, DType::f32);
+  Tensor proj = qkv.slice0(0, M * N).reshape({M, N});
+  linear(x, packed, proj);
+  qk_norm_rope_cache(proj, q_norm, k_norm, eps, positions, cos_sin, slot_offset, q_out, k_cache,
+                     v_cache);
+}
+
 }  // namespace kiln::cpu

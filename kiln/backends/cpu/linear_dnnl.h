@@ -18,6 +18,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "kiln/backends/cpu/rope.h"
 #include "kiln/core/dtype.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -114,11 +115,18 @@ bool gemm_bf16_packed(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t*
                       void* y, bool y_bf16, const float* residual, int64_t panel_stride = 0);
 
 // SwiGLU on the same kernel: w is a gate_up weight packed for Kp ([gate; up], 2 * inter rows) and
-// y[M, inter] = SiLU(xb gate^T) * (xb up^T), rounded once where y is bf16, bit for bit what
-// gemm_bf16_packed followed by silu_mul gives. Returns false where it does not apply (no
+// y[M, inter] = SiLU(xb gate^T) * (xb up^T), rounded once where y is bf16: what gemm_bf16_packed
+// into an f32 y followed by silu_mul gives, bit for bit for Kp <= 1024 (one k block there). Returns false where it does not apply (no
 // AVX512_BF16, odd Kp or Kp > 4096, inter not a multiple of 64).
 bool gemm_bf16_packed_swiglu(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w,
                              int64_t inter, void* y, bool y_bf16);
+
+// The attention prologue on the same kernel: w is a fused qkv weight packed for Kp and every head
+// of the M x (hq + 2 hkv) d projection goes through e.apply (q/k-norm, RoPE, q and cache stores)
+// from the f32 tile: the f32 projection is never stored. Returns false where it does not apply
+// (no AVX512_BF16, odd Kp or Kp > 4096, head_dim other than 128).
+bool gemm_bf16_packed_qkv(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w,
+                          const QkvEpilogue& e);
 
 // Packs B [kc, nc] (B[k, n] = b[k * ldb + n], or b[n * ldb + k] if trans) as the B panels of
 // gemm_bf16_packed: panels of 64 columns, [(kc + 1) / 2 k pairs][64][2] each (panel stride

@@ -91,66 +91,88 @@ void rope_backward(Tensor& dy, const Tensor& positions, const Tensor& cos_sin) {
 void qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
                         const Tensor& positions, const Tensor& cos_sin, int64_t slot_offset,
                         Tensor& q_out, Tensor& k_cache, Tensor& v_cache) {
-  KILN_CHECK(q_out.ndim() == 4 && q_out.dtype() == DType::f32,
-             "qk_norm_rope_cache: q_out must be f32 [B, T, Hq, D]");
-  detail::check_rope_args("qk_norm_rope_cache", q_out, positions, cos_sin);
-  const int64_t b = q_out.dim(0), t = q_out.dim(1), hq = q_out.dim(2), d = q_out.dim(3);
-  KILN_CHECK(k_cache.ndim() == 4 && k_cache.shape() == v_cache.shape() && k_cache.dim(0) == b &&
-                 k_cache.dim(3) == d && k_cache.dtype() == v_cache.dtype() &&
-                 detail::is_act(k_cache.dtype()),
-             "qk_norm_rope_cache: caches must be act [B, L, Hkv, D], got ",
-             shape_str(k_cache.shape()), " and ", shape_str(v_cache.shape()));
-  const int64_t l = k_cache.dim(1), hkv = k_cache.dim(2);
-  KILN_CHECK(qkv.dtype() == DType::f32 && qkv.shape() == Shape({b * t, (hq + 2 * hkv) * d}),
-             "qk_norm_rope_cache: qkv must be f32 [", b * t, ", ", (hq + 2 * hkv) * d, "], got ",
+  KILN_CHECK(qkv.dtype() == DType::f32 && qkv.ndim() == 2,
+             "qk_norm_rope_cache: qkv must be f32 [B*T, (Hq + 2*Hkv) * D], got ",
              shape_str(qkv.shape()));
-  KILN_CHECK(q_norm.defined() == k_norm.defined(),
-             "qk_norm_rope_cache: q_norm and k_norm must both be given or both absent");
-  KILN_CHECK(!q_norm.defined() || (q_norm.numel() == d && k_norm.numel() == d),
-             "qk_norm_rope_cache: q_norm/k_norm must be [", d, "]");
-  KILN_CHECK(slot_offset >= 0 && slot_offset + t <= l, "qk_norm_rope_cache: slots [", slot_offset,
-             ", ", slot_offset + t, ") outside cache length ", l);
-  const bool norm = q_norm.defined();
-  std::vector<float> qw, kw;
-  if (norm) {
-    qw = detail::weight_f32(q_norm);
-    kw = detail::weight_f32(k_norm);
-  }
-  const int64_t row = (hq + 2 * hkv) * d;
+  const auto e = detail::QkvEpilogue::make("qk_norm_rope_cache", qkv.dim(0), qkv.dim(1), q_norm,
+                                           k_norm, eps, positions, cos_sin, slot_offset, q_out,
+                                           k_cache, v_cache);
+  const int64_t heads = e.hq + 2 * e.hkv, row = heads * e.d;
   const float* src = qkv.data<float>();
-  const int32_t* pos = positions.data<int32_t>();
-  const float* table = cos_sin.data<float>();
-  float* q = q_out.data<float>();
   constexpr int64_t kRowsAhead = 3;  // of 16 KiB at Qwen3-0.6B; 2-4 measured alike
-  parallel_for(b * t, [&](int64_t r0, int64_t r1) {
-    std::vector<float> buf(static_cast<size_t>(d));
+  parallel_for(qkv.dim(0), [&](int64_t r0, int64_t r1) {
+    std::vector<float> buf(static_cast<size_t>(e.d));
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t bi = r / t, ti = r % t;
       const float* in = src + r * row;
-      const float* cs = table + int64_t(pos[r]) * d;
       if (r + kRowsAhead < r1) detail::prefetch_bytes(in + kRowsAhead * row, row * 4);
-      for (int64_t h = 0; h < hq; ++h) {
-        float* out = q + (r * hq + h) * d;
-        if (norm)
-          detail::rms_norm_row(in + h * d, qw.data(), d, eps, false, out);
-        else
-          std::copy(in + h * d, in + (h + 1) * d, out);
-        detail::rope_row(out, cs, d, false);
-      }
-      const int64_t slot = (bi * l + slot_offset + ti) * hkv * d;
-      for (int64_t h = 0; h < hkv; ++h) {
-        const float* kin = in + (hq + h) * d;
-        if (norm)
-          detail::rms_norm_row(kin, kw.data(), d, eps, false, buf.data());
-        else
-          std::copy(kin, kin + d, buf.data());
-        detail::rope_row(buf.data(), cs, d, false);
-        detail::store_row(buf.data(), d, k_cache.raw(), k_cache.dtype(), slot + h * d);
-        detail::store_row(in + (hq + hkv + h) * d, d, v_cache.raw(), v_cache.dtype(),
-                          slot + h * d);
+      for (int64_t h = 0; h < heads; ++h) {
+        std::copy(in + h * e.d, in + (h + 1) * e.d, buf.data());
+        e.apply(r, h, buf.data());
       }
     }
   });
 }
+
+namespace detail {
+
+QkvEpilogue QkvEpilogue::make(const char* op, int64_t rows, int64_t cols, const Tensor& q_norm,
+                              const Tensor& k_norm, float eps, const Tensor& positions,
+                              const Tensor& cos_sin, int64_t slot_offset, Tensor& q_out,
+                              Tensor& k_cache, Tensor& v_cache) {
+  KILN_CHECK(q_out.ndim() == 4 && q_out.dtype() == DType::f32, op,
+             ": q_out must be f32 [B, T, Hq, D]");
+  check_rope_args(op, q_out, positions, cos_sin);
+  const int64_t b = q_out.dim(0), t = q_out.dim(1), hq = q_out.dim(2), d = q_out.dim(3);
+  KILN_CHECK(k_cache.ndim() == 4 && k_cache.shape() == v_cache.shape() && k_cache.dim(0) == b &&
+                 k_cache.dim(3) == d && k_cache.dtype() == v_cache.dtype() &&
+                 is_act(k_cache.dtype()),
+             op, ": caches must be act [B, L, Hkv, D], got ", shape_str(k_cache.shape()), " and ",
+             shape_str(v_cache.shape()));
+  const int64_t l = k_cache.dim(1), hkv = k_cache.dim(2);
+  KILN_CHECK(rows == b * t && cols == (hq + 2 * hkv) * d, op, ": the qkv projection must be [",
+             b * t, ", ", (hq + 2 * hkv) * d, "], got [", rows, ", ", cols, "]");
+  KILN_CHECK(q_norm.defined() == k_norm.defined(), op,
+             ": q_norm and k_norm must both be given or both absent");
+  KILN_CHECK(!q_norm.defined() || (q_norm.numel() == d && k_norm.numel() == d), op,
+             ": q_norm/k_norm must be [", d, "]");
+  KILN_CHECK(slot_offset >= 0 && slot_offset + t <= l, op, ": slots [", slot_offset, ", ",
+             slot_offset + t, ") outside cache length ", l);
+  QkvEpilogue e;
+  e.hq = hq;
+  e.hkv = hkv;
+  e.d = d;
+  e.norm = q_norm.defined();
+  if (e.norm) {
+    e.norm_w = weight_f32(q_norm);
+    const auto kw = weight_f32(k_norm);
+    e.norm_w.insert(e.norm_w.end(), kw.begin(), kw.end());
+  }
+  e.eps = eps;
+  e.positions = positions.data<int32_t>();
+  e.cos_sin = cos_sin.data<float>();
+  e.t = t;
+  e.l = l;
+  e.slot_offset = slot_offset;
+  e.q = q_out.data<float>();
+  e.k_cache = k_cache.raw();
+  e.v_cache = v_cache.raw();
+  e.cache_dtype = k_cache.dtype();
+  return e;
+}
+
+void QkvEpilogue::apply(int64_t m, int64_t head, float* x) const {
+  const int64_t slot = (m / t * l + slot_offset + m % t) * hkv * d;
+  if (head >= hq + hkv)  // v: as projected
+    return store_row(x, d, v_cache, cache_dtype, slot + (head - hq - hkv) * d);
+  const bool is_q = head < hq;
+  if (norm) rms_norm_row(x, norm_w.data() + (is_q ? 0 : d), d, eps, false, x);
+  rope_row(x, cos_sin + int64_t(positions[m]) * d, d, false);
+  if (is_q)
+    std::copy(x, x + d, q + (m * hq + head) * d);
+  else
+    store_row(x, d, k_cache, cache_dtype, slot + (head - hq) * d);
+}
+
+}  // namespace detail
 
 }  // namespace kiln::cpu

@@ -5,10 +5,39 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kiln/core/tensor.h"
 
 namespace kiln::cpu::detail {
+
+// What qk_norm_rope_cache does to one head of one row of the qkv projection, as raw pointers, so
+// that the fused qkv GEMM (gemm_bf16_packed_qkv) applies it to its f32 tile and gives the same bits.
+// Row m of the projection is token (b, t) = (m / t, m % t), written to cache slot
+// b * l + slot_offset + t.
+struct QkvEpilogue {
+  int64_t hq = 0, hkv = 0, d = 0;  // heads, head_dim; the row holds q heads, k heads, v heads
+  bool norm = false;               // q/k-norm weights in norm_w: q's [0, d), k's [d, 2d)
+  std::vector<float> norm_w;
+  float eps = 0;
+  const int32_t* positions = nullptr;  // [M]: row m's rope position
+  const float* cos_sin = nullptr;      // [P, d]
+  int64_t t = 0, l = 0, slot_offset = 0;
+  float* q = nullptr;  // [M, hq, d]
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;  // [B, l, hkv, d] each
+  DType cache_dtype = DType::f32;
+
+  // Checks the operands as qk_norm_rope_cache documents them (kernels.h) for a projection of
+  // `rows` rows of `cols` columns, and builds the epilogue; `op` names the caller in errors.
+  static QkvEpilogue make(const char* op, int64_t rows, int64_t cols, const Tensor& q_norm,
+                          const Tensor& k_norm, float eps, const Tensor& positions,
+                          const Tensor& cos_sin, int64_t slot_offset, Tensor& q_out,
+                          Tensor& k_cache, Tensor& v_cache);
+  // Head `head` (q heads first, then k, then v) of row m, whose d values x holds (overwritten):
+  // q and k normed and rotated, q stored to q, k and v to their cache slot.
+  void apply(int64_t m, int64_t head, float* x) const;
+};
 
 // Rotates one head of d values in place: pairs (i, i + d/2) by the angle whose cos/sin are
 // cs[i] and cs[d/2 + i]; inverse rotates by the negative angle (the transpose, for backward).

@@ -342,15 +342,16 @@ TEST(Linear, SiluMulEpilogueEqualsLinearThenSiluMul) {
 
 TEST(Linear, QkNormRopeEpilogueEqualsLinearThenQkNormRopeCache) {
   // linear_qk_norm_rope_cache is linear into an f32 qkv projection, then qk_norm_rope_cache, bit
-  // for bit: in the bf16 GEMM's tiles (head_dim 128, more than 4 rows; rows of two batch entries,
-  // a slot offset, caches longer than the prompt) and in the fallbacks (4 rows: the GEMV; head_dim
-  // 64), with and without q/k-norm, into bf16 and f32 caches.
+  // for bit: in the bf16 GEMM's tiles (head_dim 128 or 64, more than 4 rows; rows of two batch
+  // entries, a slot offset, caches longer than the prompt) and in the fallbacks (4 rows: the GEMV;
+  // head_dim 32), with and without q/k-norm, into bf16 and f32 caches.
   struct Shape5 {
     int64_t b, t, hq, hkv, d;
   };
   const int64_t K = 192, off = 3;
   for (const Shape5 c : {Shape5{2, 37, 4, 2, 128}, Shape5{1, 130, 2, 1, 128},
-                         Shape5{1, 4, 2, 1, 128}, Shape5{1, 20, 2, 1, 64}}) {
+                         Shape5{1, 4, 2, 1, 128}, Shape5{1, 20, 3, 1, 64},
+                         Shape5{1, 20, 2, 1, 32}}) {
     const int64_t M = c.b * c.t, N = (c.hq + 2 * c.hkv) * c.d, L = c.t + off + 2;
     auto w = PackedLinear::pack(
         Tensor::from_vector(random_values(N * K, 70), {N, K}).to(DType::bf16), DType::bf16);

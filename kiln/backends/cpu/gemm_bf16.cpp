@@ -347,8 +347,9 @@ struct Problem {
   // SiLU(A gate^T) * (A up^T). Each row tile runs on a gate panel, then on the up panel N columns
   // further, whose store applies SiLU(gate) * up: K is one block.
   bool swiglu = false;
-  // The qkv epilogue (with b_packed, head_dim 128): each row tile runs on a head's two panels into
-  // an f32 tile on the stack, which qkv->apply takes row by row; c is unused. K is one block.
+  // The qkv epilogue (with b_packed, head_dim 64, 128 or 256): each row tile runs on a head's
+  // panels into an f32 tile on the stack, which qkv->apply takes row by row; c is unused. K is
+  // one block.
   const QkvEpilogue* qkv = nullptr;
 };
 
@@ -356,28 +357,28 @@ struct Problem {
 bool reads_a_in_place(const Problem& P) { return !P.trans_a && P.K % 2 == 0; }
 
 // The qkv epilogue's tiles for rows [ic, ic + mc) and the head whose first column is col: per row
-// tile, the head's two panels into a [rows][128] f32 tile, then each row through qkv->apply.
+// tile, the head's panels into a [rows][d] f32 tile, then each row through qkv->apply.
 // Prefetching as gemm_part's tiles do (next_panel: the next head's first panel, or null).
+constexpr int64_t kMaxHeadPanels = 4;  // head_dim <= 256
 void qkv_tiles(const Problem& P, int64_t ic, int64_t mc, int64_t col, const uint16_t* a_block,
                PackedA layout, const uint16_t* bpanel, int64_t pairs, const char* next_panel,
                int64_t panel_lines, int64_t slice) {
-  constexpr int64_t kHead = 2 * kNR;
-  alignas(64) float tile[kMR * kHead];
-  const int64_t head = col / kHead;
+  const int64_t d = P.qkv->d, head = col / d;
+  alignas(64) float tile[kMR * kMaxHeadPanels * kNR];
   for (int64_t ir = 0; ir < mc; ir += kMR) {
     const int64_t rows = std::min<int64_t>(kMR, mc - ir);
     const uint16_t* a_tile = a_block + ir * layout.row_stride;
-    for (int half = 0; half < 2; ++half) {
-      TileOut out{tile + half * kNR, nullptr, kHead, kNR, Store::kSet, 0.f};
-      if (next_panel) {  // each half fetches its share of the same half of the next head
+    for (int64_t part = 0; part < d / kNR; ++part) {
+      TileOut out{tile + part * kNR, nullptr, d, kNR, Store::kSet, 0.f};
+      if (next_panel) {  // each panel fetches its share of the same panel of the next head
         const int64_t first = (ir / kMR) * slice;
-        out.prefetch = next_panel + (half * P.b_panel_stride * 2) + first * 64;
+        out.prefetch = next_panel + (part * P.b_panel_stride * 2) + first * 64;
         out.prefetch_lines = std::clamp<int64_t>(panel_lines - first, 0, slice);
       }
       kTiles[rows](pairs, a_tile, layout.row_stride, layout.pair_stride,
-                   bpanel + half * P.b_panel_stride, out);
+                   bpanel + part * P.b_panel_stride, out);
     }
-    for (int64_t r = 0; r < rows; ++r) P.qkv->apply(ic + ir + r, head, tile + r * kHead);
+    for (int64_t r = 0; r < rows; ++r) P.qkv->apply(ic + ir + r, head, tile + r * d);
   }
 }
 
@@ -433,7 +434,7 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
           const int64_t panel_lines = pairs * 2 * kNR * 2 / 64;
           const int64_t tile_count = (mc + kMR - 1) / kMR;
           const int64_t slice = (panel_lines + tile_count - 1) / tile_count;
-          const int64_t step = P.qkv ? 2 * kNR : kNR;  // columns per step: a qkv head is two
+          const int64_t step = P.qkv ? P.qkv->d : kNR;  // columns per step: a qkv head
           if (P.b_packed && ic == m0 && jr + step < nc)
             next_panel = reinterpret_cast<const char*>(bpanel + (step / kNR) * P.b_panel_stride);
           // SwiGLU: the up panel's offset from the gate panel, and the gate tile's f32 values.
@@ -442,7 +443,7 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
           if (P.qkv) {
             qkv_tiles(P, ic, mc, jc + jr, a_block, layout, bpanel, pairs, next_panel, panel_lines,
                       slice);
-            jr += kNR;  // the head's second panel is done too
+            jr += step - kNR;  // the head's other panels are done too
             continue;
           }
           for (int64_t ir = 0; ir < mc; ir += kMR) {
@@ -493,7 +494,7 @@ void run(const Problem& P) {
   bool split_n = reads_a_in_place(P) ? P.N >= threads * kNR : P.M < threads * kMR;
   if (split_n && P.N < threads * kNR) split_n = false;
   const int64_t extent = split_n ? P.N : P.M;
-  const int64_t step = split_n ? (P.qkv ? 2 * kNR : kNR) : kMR;  // qkv: whole heads
+  const int64_t step = split_n ? (P.qkv ? P.qkv->d : kNR) : kMR;  // qkv: whole heads
   const int64_t chunk = round_up((extent + threads - 1) / threads, step);
   parallel_for(threads, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -545,7 +546,10 @@ bool gemm_bf16_packed_swiglu(const uint16_t* xb, int64_t M, int64_t Kp, const ui
 
 bool gemm_bf16_packed_qkv(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w,
                           const QkvEpilogue& e) {
-  if (Kp == 0 || Kp % 2 || Kp > kMaxBf16K || e.d != 2 * kNR) return false;
+  // A head is whole panels, and never straddles a block of kNC columns.
+  if (Kp == 0 || Kp % 2 || Kp > kMaxBf16K || e.d % kNR || e.d > kMaxHeadPanels * kNR ||
+      kNC % e.d)
+    return false;
   Problem P{xb, Kp, false, nullptr, 0, false, M, (e.hq + 2 * e.hkv) * e.d, Kp, 0.f, nullptr, false};
   P.b_packed = w;
   P.b_panel_stride = Kp * kNR;

@@ -124,7 +124,7 @@ bool gemm_bf16_packed_swiglu(const uint16_t* xb, int64_t M, int64_t Kp, const ui
 // The attention prologue on the same kernel: w is a fused qkv weight packed for Kp and every head
 // of the M x (hq + 2 hkv) d projection goes through e.apply (q/k-norm, RoPE, q and cache stores)
 // from the f32 tile: the f32 projection is never stored. Returns false where it does not apply
-// (no AVX512_BF16, odd Kp or Kp > 4096, head_dim other than 128).
+// (no AVX512_BF16, odd Kp or Kp > 4096, head_dim other than 64, 128 or 256).
 bool gemm_bf16_packed_qkv(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w,
                           const QkvEpilogue& e);
 

@@ -69,27 +69,36 @@ TEST(Generate, FiftyTokensCompileOnePrefillAndOneDecodeThenNothing) {
   EXPECT_EQ(stats["decode"].compiles, 1);
 }
 
+// The logits of one prompt's prefill (positions 0..T-1) into a cache of `cache_len` slots, the
+// slots past the prompt left unwritten.
+std::vector<float> prefill_logits(kiln::models::CausalLM& m, const std::vector<int32_t>& ids,
+                                  int64_t cache_len) {
+  const int64_t T = int64_t(ids.size());
+  std::vector<int32_t> pos(ids.size()), kv(static_cast<size_t>(cache_len), 0);
+  for (int64_t i = 0; i < T; ++i) pos[size_t(i)] = int32_t(i);
+  std::fill(kv.begin(), kv.begin() + T, 1);
+  auto cache = m.make_cache(1, cache_len);
+  return m.forward("prefill", kiln::Tensor::from_vector(ids, {1, T}),
+                   kiln::Tensor::from_vector(pos, {1, T}),
+                   kiln::Tensor::from_vector(kv, {1, cache_len}), cache, 0)
+      .to_f32_vector();
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  return worst;
+}
+
 TEST(Generate, CompiledEqualsEagerLogits) {
   auto compiled = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::f32});
   auto eager = kiln::AutoModelForCausalLM::from_pretrained(
       kTiny, {.dtype = kiln::DType::f32, .disable_compile = true});
-  std::vector<int32_t> ids = {785, 8585, 49041, 7506, 5302, 13, 576};
-  const int64_t T = int64_t(ids.size());
-  std::vector<int32_t> pos(ids.size()), mask(ids.size(), 1);
-  for (size_t i = 0; i < ids.size(); ++i) pos[i] = int32_t(i);
-  auto run = [&](kiln::models::CausalLM& m) {
-    auto cache = m.make_cache(1, T + 3);
-    std::vector<int32_t> kv(size_t(T + 3), 0);
-    std::fill(kv.begin(), kv.begin() + T, 1);
-    return m.forward("prefill", kiln::Tensor::from_vector(ids, {1, T}),
-                     kiln::Tensor::from_vector(pos, {1, T}), kiln::Tensor::from_vector(kv, {1, T + 3}),
-                     cache, 0).to_f32_vector();
-  };
-  auto a = run(*compiled), b = run(*eager);
-  ASSERT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
-  EXPECT_LT(worst, 1e-4);
+  const std::vector<int32_t> ids = {785, 8585, 49041, 7506, 5302, 13, 576};
+  const int64_t L = int64_t(ids.size()) + 3;
+  EXPECT_LT(max_abs_diff(prefill_logits(*compiled, ids, L), prefill_logits(*eager, ids, L)), 1e-4);
 }
 
 TEST(Generate, CompiledEqualsEagerLogitsBf16WithTheGemmEpilogues) {
@@ -111,27 +120,11 @@ TEST(Generate, CompiledEqualsEagerLogitsBf16WithTheGemmEpilogues) {
   auto compiled = kiln::AutoModelForCausalLM::from_pretrained(dir, {.dtype = kiln::DType::bf16});
   auto eager = kiln::AutoModelForCausalLM::from_pretrained(
       dir, {.dtype = kiln::DType::bf16, .disable_compile = true});
-  const int64_t T = 40, L = 48;  // slots past the prompt stay unwritten
-  std::vector<int32_t> ids(static_cast<size_t>(T)), pos(static_cast<size_t>(T)),
-      kv(static_cast<size_t>(L), 0);
-  for (int64_t i = 0; i < T; ++i) {
-    ids[size_t(i)] = int32_t((i * 7919 + 13) % 150000);
-    pos[size_t(i)] = int32_t(i);
-    kv[size_t(i)] = 1;
-  }
-  auto run = [&](kiln::models::CausalLM& m) {
-    auto cache = m.make_cache(1, L);
-    return m.forward("prefill", kiln::Tensor::from_vector(ids, {1, T}),
-                     kiln::Tensor::from_vector(pos, {1, T}), kiln::Tensor::from_vector(kv, {1, L}),
-                     cache, 0).to_f32_vector();
-  };
-  auto a = run(*compiled), b = run(*eager);
-  ASSERT_EQ(a.size(), b.size());
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % 150000);
   // The fused ops call the unfused ops' helpers, so the logits agree bit for bit here (0 measured);
   // the tolerance is the f32 one of CompiledEqualsEagerLogits.
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
-  EXPECT_LT(worst, 1e-4);
+  EXPECT_LT(max_abs_diff(prefill_logits(*compiled, ids, 48), prefill_logits(*eager, ids, 48)), 1e-4);
   // And the compiled prefill did take the epilogues where the CPU has the kernel.
   std::map<kiln::graph::Op, int> fused;
   for (const auto& key : compiled->compile_cache().keys()) {

@@ -90,10 +90,18 @@ class PackedLinearImpl final : public PackedLinear {
           continue;
         }
         // Column r % 64 of its block: k pairs 64 columns (256 bytes) apart.
-        const uint16_t* col = static_cast<const uint16_t*>(buf_->ptr) +
-                              r / detail::kBlockN * kp_ * detail::kBlockN + r % detail::kBlockN * 2;
-        for (int64_t k = 0; k < k_; ++k)
-          row[k] = bf16_to_f32(col[(k / 2) * 2 * detail::kBlockN + k % 2]);
+        auto column = [&](int64_t id) {
+          return static_cast<const uint16_t*>(buf_->ptr) +
+                 id / detail::kBlockN * kp_ * detail::kBlockN + id % detail::kBlockN * 2;
+        };
+        const uint16_t* col = column(r);
+        // The next row's lines (one per k pair) are requested while this row's are read.
+        const uint16_t* next = i + 1 < i1 ? column(ids[i + 1]) : nullptr;
+        for (int64_t k = 0; k < k_; k += 2) {
+          if (next) __builtin_prefetch(next + k * detail::kBlockN, 0, 3);
+          row[k] = bf16_to_f32(col[k * detail::kBlockN]);
+          if (k + 1 < k_) row[k + 1] = bf16_to_f32(col[k * detail::kBlockN + 1]);
+        }
       }
     }, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, k_)));
   }

@@ -1,6 +1,7 @@
 // Linear-layer benchmark on the Qwen3-0.6B shapes (hidden 1024, 28 layers, intermediate 3072,
 // vocab 151936), bf16, against rooflines measured in the same process:
-//   decode  (M = 1..8): GB/s of packed weights streamed, vs measure_memory_bandwidth()
+//   decode  (M = 1..8): GB/s of packed weights streamed, vs measure_memory_bandwidth() over as
+//           many bytes
 //   prefill (M = 128, 512): GFLOP/s, vs the machine's bf16 arithmetic peak measured in the process
 //   (measure_arithmetic_peak: vdpbf16ps where the CPU has AVX512_BF16, ~836 GFLOP/s on the 2-core
 //   Zen 5 of shared/MACHINE.md; f32 FMAs elsewhere) or --peak, and vs measure_gemm_peak(bf16).
@@ -190,9 +191,10 @@ int main(int argc, char** argv) {
   for (int64_t M : ms) {
     const bool decode = M <= 8;
     if (decode) {
-      // The VM's bandwidth drifts (33-76 GB/s, shared/MACHINE.md): re-measure next to each run.
-      bw = kiln::cpu::measure_memory_bandwidth();
-      std::printf("stream read now: %.1f GB/s\n", bw / 1e9);
+      // The VM's bandwidth drifts (33-76 GB/s, shared/MACHINE.md): re-measure next to each run,
+      // reading as many bytes as a token step does (kernels.h: the read rate depends on it).
+      bw = kiln::cpu::measure_memory_bandwidth(total_bytes);
+      std::printf("stream read now (%.2f GB buffer): %.1f GB/s\n", total_bytes / 1e9, bw / 1e9);
     }
     Tensor x = random_bf16(M, 3072, 7);
     Tensor y = Tensor::zeros({M, 151936}, DType::f32);

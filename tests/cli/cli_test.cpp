@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -340,6 +341,17 @@ TEST(CliBench, TinyRunPrintsEveryField) {
   ASSERT_EQ(j["decode_roofline_fraction_per_repeat"].size(), 1u);
   EXPECT_EQ(j["memory_bandwidth_gbs"], j["memory_bandwidth_gbs_per_repeat"][0]);
   EXPECT_EQ(j["decode_roofline_fraction"], j["decode_roofline_fraction_per_repeat"][0]);
+  // The yardstick reads as many bytes as a step (at least 256 MiB); the 256 MiB reading is beside it.
+  const double step_bytes = j["decode_bytes_per_token"].get<double>();  // batch 1
+  EXPECT_GE(j["memory_bandwidth_read_bytes"].get<double>(), std::max(step_bytes, 256.0 * (1 << 20)));
+  ASSERT_EQ(j["memory_bandwidth_256mib_gbs_per_repeat"].size(), 1u);
+  const double step_s = j["decode_step_ms_median"].get<double>() * 1e-3;
+  EXPECT_NEAR(j["decode_roofline_fraction"].get<double>(),
+              step_bytes / (step_s * j["memory_bandwidth_gbs"].get<double>() * 1e9), 1e-9);
+  EXPECT_NEAR(j["decode_roofline_fraction_256mib"].get<double>(),
+              step_bytes /
+                  (step_s * j["memory_bandwidth_256mib_gbs_per_repeat"][0].get<double>() * 1e9),
+              1e-9);
   // So are the prefill rooflines: the peaks measured right before the repeat.
   for (const char* k : {"prefill_ms_per_repeat", "prefill_roofline_fraction_per_repeat",
                         "gemm_peak_gflops_per_repeat", "machine_peak_gflops_per_repeat",

@@ -149,9 +149,12 @@ double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scal
 // ---------------------------------------------------------------------------------------------------
 // Rooflines measured on this machine (for `kiln bench`): streaming read bandwidth in bytes/s with all
 // threads, and the best GEMM rate in FLOP/s for `dtype` (bf16 or f32) at a large square size.
-// Each takes about 0.5 s. measure_memory_bandwidth() streams a 256 MiB buffer that it frees on
-// return; the process's peak RSS still counts it, so call it before loading a model.
-double measure_memory_bandwidth();
+// Each takes about 0.5 s. measure_memory_bandwidth() streams a buffer of `bytes` (at least 256 MiB)
+// that it frees on return; the process's peak RSS still counts it, so call it before loading a
+// model. Size it like the reads it is a yardstick for: on this VM a 1.2 GB buffer, a decode step's
+// weights, read 4-14 % slower (median) than a 256 MiB one, interleaved (docs/benchmarks.md).
+constexpr size_t kMinBandwidthBytes = size_t(256) << 20;
+double measure_memory_bandwidth(size_t bytes = kMinBandwidthBytes);
 double measure_gemm_peak(DType dtype);
 // The machine's arithmetic peak in FLOP/s for `dtype` GEMMs on all threads: vdpbf16ps where the CPU
 // has AVX512_BF16 (bf16), else f32 FMAs at its widest vector (a bf16 GEMM without AVX512_BF16

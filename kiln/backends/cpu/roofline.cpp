@@ -133,13 +133,12 @@ double measure_arithmetic_peak(DType dtype) {
 #endif
 }
 
-double measure_memory_bandwidth() {
-  // 256 MiB: far beyond any cache here, small enough to fault in quickly with huge pages. It is
-  // freed on return (call this before loading a model so the process's peak RSS is unaffected).
-  constexpr size_t kBytes = size_t(256) << 20;
-  detail::HugeBuffer buf(kBytes);
+double measure_memory_bandwidth(size_t bytes) {
+  // At least 256 MiB: far beyond any cache here; huge pages make faulting it in quick.
+  const size_t buffer_bytes = std::max(bytes, kMinBandwidthBytes) / 64 * 64;
+  detail::HugeBuffer buf(buffer_bytes);
   auto* words = static_cast<uint64_t*>(buf.ptr);
-  const int64_t n = int64_t(kBytes / 8);
+  const int64_t n = int64_t(buffer_bytes / 8);
   // First touch from the threads that will read it (spreads the page-fault work).
   parallel_for(n, [&](int64_t b, int64_t e) {
     std::memset(words + b, 1, size_t(e - b) * 8);
@@ -157,7 +156,7 @@ double measure_memory_bandwidth() {
     }, 1 << 12);
     const double t = now_s() - t0;
     for (uint64_t v : partial) sink = sink + v;
-    best = std::max(best, double(kBytes) / t);
+    best = std::max(best, double(buffer_bytes) / t);
     if (rep >= 4 && now_s() - t_start > 0.5) break;
   }
   return best;

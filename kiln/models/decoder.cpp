@@ -27,9 +27,11 @@ Value parameter(GraphBuilder& b, bool training, const std::string& name, const S
   return act == DType::f32 ? master : b.cast(master, act, name + ".autocast");
 }
 
-// One decoder layer: x f32 [B*T, H] -> f32 [B*T, H]; writes this layer's k/v cache slots.
+// One decoder layer: x f32 [B*T, H] -> f32 [B*T, H]; writes this layer's k/v cache slots. With
+// last_rows_only, everything after attention runs on the last position of each batch entry only
+// and the layer returns f32 [B, H]: generation's last layer, whose other rows feed nothing.
 Value decoder_layer(GraphBuilder& b, const ModelConfig& c, const Shapes& s, DType act, int layer,
-                    Value x, Value positions, Value cos_sin, Value kv_mask) {
+                    Value x, Value positions, Value cos_sin, Value kv_mask, bool last_rows_only) {
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   const float eps = float(c.rms_norm_eps);
   auto w = [&](const std::string& name, const Shape& shape) {
@@ -70,6 +72,10 @@ Value decoder_layer(GraphBuilder& b, const ModelConfig& c, const Shapes& s, DTyp
     a = b.attention(q, k_cache, v_cache, kv_mask, act, p + "self_attn");  // act [B, T, Hq, D]
   }
   a = b.reshape(a, {BT, s.Hq * s.D}, p + "self_attn.o_proj");
+  if (last_rows_only) {
+    a = b.take_last_rows(a, s.B, p + "self_attn.last_position");  // act [B, Hq*D]
+    x = b.take_last_rows(x, s.B, p + "last_position");             // f32 [B, H]
+  }
   Value o = b.linear(a, w("self_attn.o_proj.weight", {s.H, s.Hq * s.D}), p + "self_attn.o_proj");
   if (c.o_bias) o = b.bias_add(o, w("self_attn.o_proj.bias", {s.H}), p + "self_attn.o_proj");
   x = b.add(x, o, p + "residual_attn");
@@ -107,11 +113,14 @@ graph::Graph build_decoder_graph(const ModelConfig& c, DType act, const std::str
   Value table = training ? b.state("model.embed_tokens.weight", {s.V, s.H}, DType::f32)
                          : w("model.embed_tokens.weight", {s.V, s.H});
   Value x = b.embedding(b.reshape(ids, {s.B * s.T}, "input_ids"), table, "model.embed_tokens");
-  for (int layer = 0; layer < int(c.num_hidden_layers); ++layer)
-    x = decoder_layer(b, c, s, act, layer, x, positions, cos_sin, kv_mask);
-
-  // Generation needs only the last position's logits; scoring and training need all of them.
-  if (function == "prefill" || function == "decode") x = b.take_last_rows(x, s.B, "last_position");
+  // Generation needs only the last position's logits, so the last layer runs its o_proj and MLP
+  // on that position alone (its attention still writes every position's k/v to the cache);
+  // scoring and training need every position.
+  const bool generation = function == "prefill" || function == "decode";
+  const int layers = int(c.num_hidden_layers);
+  for (int layer = 0; layer < layers; ++layer)
+    x = decoder_layer(b, c, s, act, layer, x, positions, cos_sin, kv_mask,
+                      generation && layer == layers - 1);
   Value h = b.rms_norm(x, w("model.norm.weight", {s.H}), float(c.rms_norm_eps), act, "model.norm");
   const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   // Training in bf16 keeps the logits in bf16, as autocast does: the cross-entropy reads them in f32

@@ -101,6 +101,31 @@ TEST(Generate, CompiledEqualsEagerLogits) {
   EXPECT_LT(max_abs_diff(prefill_logits(*compiled, ids, L), prefill_logits(*eager, ids, L)), 1e-4);
 }
 
+TEST(Generate, PrefillLogitsAreTheScoresOfTheLastPosition) {
+  // Prefill runs the last layer's o_proj and MLP on the last position only; "score" runs them on
+  // every position. Batch of two, the second row left-padded, as generate() lays a batch out.
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::f32});
+  const std::vector<int32_t> ids = {785, 8585, 49041, 7506, 5302, 13, 576,
+                                    kPad, kPad, 3555, 374, 264, 1273, 30};
+  const std::vector<int32_t> pos = {0, 1, 2, 3, 4, 5, 6, 0, 0, 0, 1, 2, 3, 4};
+  const std::vector<int32_t> mask = {1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1};
+  auto run = [&](const char* function) {
+    auto cache = m->make_cache(2, 7);
+    return m->forward(function, kiln::Tensor::from_vector(ids, {2, 7}),
+                      kiln::Tensor::from_vector(pos, {2, 7}), kiln::Tensor::from_vector(mask, {2, 7}),
+                      cache, 0);
+  };
+  const kiln::Tensor last = run("prefill"), all = run("score");
+  const int64_t V = m->config().vocab_size;
+  ASSERT_EQ(last.shape(), kiln::Shape({2, V}));
+  const std::vector<float> got = last.to_f32_vector(), every = all.to_f32_vector();
+  for (int64_t b = 0; b < 2; ++b) {
+    const auto row = every.begin() + (b * 7 + 6) * V;
+    EXPECT_LT(max_abs_diff({got.begin() + b * V, got.begin() + (b + 1) * V}, {row, row + V}), 1e-4)
+        << "row " << b;
+  }
+}
+
 TEST(Generate, CompiledEqualsEagerLogitsBf16WithTheGemmEpilogues) {
   // The `small` preset with head_dim 128 (Qwen3's) and two layers: its intermediate (768) is a
   // multiple of 64 and its heads are two GEMM panels, so a compiled bf16 prefill of more than 4

@@ -49,6 +49,32 @@ TEST(Compile, Qwen3FusionsFireOncePerLayer) {
   EXPECT_EQ(after[Op::Add], 0);
 }
 
+TEST(Compile, GenerationRunsTheLastLayersMlpOnTheLastPositionOnly) {
+  auto cfg = kiln::models::ModelConfig::from_pretrained(kTiny);
+  const int64_t last = cfg.num_hidden_layers - 1, B = 2, T = 32;
+  auto rows_of = [&](const kiln::graph::Graph& g, int64_t layer) {
+    const std::string name = "model.layers." + std::to_string(layer) + ".mlp.down_proj";
+    for (const auto& n : g.nodes)
+      if (n.op == Op::Linear && n.name == name) return n.shape[0];
+    ADD_FAILURE() << "no " << name;
+    return int64_t(-1);
+  };
+  auto prefill = kiln::models::build_decoder_graph(cfg, kiln::DType::bf16, "prefill", B, T, 64);
+  EXPECT_EQ(rows_of(prefill, last), B);
+  EXPECT_EQ(rows_of(prefill, last - 1), B * T);
+  // The last layer still writes every position's k and v.
+  int writes = 0;
+  for (const auto& n : prefill.nodes)
+    if (n.op == Op::KVCacheWrite && n.name.rfind("model.layers." + std::to_string(last), 0) == 0) {
+      EXPECT_EQ(prefill.node(n.inputs[1]).shape[1], T) << n.name;  // (cache, x)
+      ++writes;
+    }
+  EXPECT_EQ(writes, 2);
+  // Scoring needs every position's logits.
+  auto score = kiln::models::build_decoder_graph(cfg, kiln::DType::bf16, "score", B, T, 64);
+  EXPECT_EQ(rows_of(score, last), B * T);
+}
+
 TEST(Compile, LinearEpiloguesTakeTheProjectionsOfABf16Model) {
   auto cfg = kiln::models::ModelConfig::from_pretrained(kTiny);
   const int layers = int(cfg.num_hidden_layers);

@@ -14,8 +14,9 @@
 //             step has to read all of its bytes. The 256 MiB reading is reported beside it
 //             (*_256mib);
 //   prefill = measured GEMM peak / FLOPs per prompt token: 2 * the decoder layers' matmul parameters
-//             + causal attention (4 * Hq * D * (P + 1) / 2 per layer) + lm_head once per row (prefill
-//             computes logits of the last position only), divided over P. The same FLOPs are also
+//             + causal attention (4 * Hq * D * (P + 1) / 2 per layer), except that lm_head and the
+//             last layer's o_proj and MLP run once per row (prefill computes the last position's
+//             logits only), divided over P. The same FLOPs are also
 //             set against the machine's arithmetic peak (vdpbf16ps with AVX512_BF16, else f32 FMAs;
 //             register-only loops on all threads): the GEMM peak is kiln's own kernel, so only
 //             this one says how far that kernel is from the hardware.
@@ -105,9 +106,10 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     const double H = double(c.hidden_size), D = double(c.head_dim);
     const double Hq = double(c.num_attention_heads), Hkv = double(c.num_key_value_heads);
     const double layers = double(c.num_hidden_layers);
-    const double layer_matmul_params =
-        H * double(c.q_dim() + 2 * c.kv_dim()) + double(c.q_dim()) * H +
-        3.0 * H * double(c.intermediate_size);
+    // A layer's matmul parameters up to attention (qkv) and after it (o_proj, the MLP).
+    const double qkv_params = H * double(c.q_dim() + 2 * c.kv_dim());
+    const double post_attention_params =
+        double(c.q_dim()) * H + 3.0 * H * double(c.intermediate_size);
     const double lm_head_params = double(c.vocab_size) * H;
     const double norm_bytes = (layers * (2 * H + (c.qk_norm ? 2 * D : 0)) + H) * act;
     const double kv_fill = double(P) + double(N) / 2;
@@ -177,8 +179,11 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
       rep_fraction_256mib.push_back(decode_step_bytes / (rep_step_s[r] * rep_bandwidth_256mib[r]));
     }
     const double attn_flops = layers * 4 * Hq * D * double(P + 1) / 2;
+    // The last layer's o_proj and MLP, like lm_head, run on the last position only.
     const double prefill_flops_per_token =
-        2 * layers * layer_matmul_params + attn_flops + 2 * lm_head_params / double(P);
+        2 * (layers * qkv_params + (layers - 1) * post_attention_params +
+             post_attention_params / double(P)) +
+        attn_flops + 2 * lm_head_params / double(P);
     // Each repeat's prefill FLOP/s over the peaks measured right before it.
     std::vector<double> rep_prefill_fraction, rep_machine_fraction;
     for (size_t r = 0; r < prefill_s.size(); ++r) {

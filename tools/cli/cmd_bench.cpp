@@ -16,10 +16,10 @@
 //   prefill = measured GEMM peak / FLOPs per prompt token: 2 * the decoder layers' matmul parameters
 //             + causal attention (4 * Hq * D * (P + 1) / 2 per layer), except that lm_head and the
 //             last layer's o_proj and MLP run once per row (prefill computes the last position's
-//             logits only), divided over P. The same FLOPs are also
-//             set against the machine's arithmetic peak (vdpbf16ps with AVX512_BF16, else f32 FMAs;
-//             register-only loops on all threads): the GEMM peak is kiln's own kernel, so only
-//             this one says how far that kernel is from the hardware.
+//             logits only), divided over P. The same FLOPs are also set against the machine's
+//             arithmetic peak (vdpbf16ps with AVX512_BF16, else f32 FMAs; register-only loops on
+//             all threads): the GEMM peak is kiln's own kernel, so only this one says how far that
+//             kernel is from the hardware.
 // This VM's read bandwidth drifts between phases (28-90 GB/s, often within one run), and so does its
 // arithmetic speed (the vdpbf16ps peak measured 763-848 GFLOP/s within one hour), so both rooflines
 // are paired with each timed repeat: the bandwidth, the GEMM peak and the machine's peak are

@@ -9,7 +9,7 @@
 //   decode  = measured read bandwidth / bytes one step must read: the backend's packed weights
 //             (every linear layer, lm_head included) + norms + the KV cache read at the average fill
 //             P + N / 2 (attention reads slots up to the current one). The bandwidth is the best
-//             of several reads of one buffer of that many bytes (at least 256 MiB): on this VM a
+//             of several reads of one buffer of that many bytes (256 MiB to 2 GiB): on this VM a
 //             256 MiB buffer read 4-16 % faster (median) than a 1.2 GB one, interleaved, and a
 //             step has to read all of its bytes. The 256 MiB reading is reported beside it
 //             (*_256mib);
@@ -116,8 +116,9 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     const double kv_read_per_row = layers * 2 * kv_fill * Hkv * D * act;
     const double decode_step_bytes =
         double(model->packed_bytes()) + norm_bytes + double(B) * kv_read_per_row;
-    // The decode yardstick reads as many bytes as a step does (see the header comment).
-    const size_t step_read_bytes = size_t(decode_step_bytes);
+    // The decode yardstick reads as many bytes as a step does (see the header comment), up to
+    // 2 GiB, so that a big batch's cache does not make it a buffer of many GB.
+    const size_t step_read_bytes = size_t(std::min(decode_step_bytes, double(size_t(2) << 30)));
 
     std::mt19937_64 rng(f->seed);
     std::uniform_int_distribution<int32_t> pick(0, int32_t(c.vocab_size - 1));

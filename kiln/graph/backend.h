@@ -64,6 +64,13 @@ class Backend {
     (void)prepared;
     nodes();
   }
+  // Whether run_graph keeps the threads spinning between the ops of g rather than starting a
+  // parallel region per loop (Executable::threads_spin, for tests and tools).
+  virtual bool threads_spin(const Graph& g, std::span<const std::shared_ptr<void>> prepared) const {
+    (void)g;
+    (void)prepared;
+    return false;
+  }
 };
 
 }  // namespace kiln::graph

@@ -35,6 +35,12 @@ std::string CompileCache::changed_dimension(const CompileKey& key, const Compile
   return "options or dtype";
 }
 
+std::shared_ptr<Executable> CompileCache::find(const CompileKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key.str());
+  return it == entries_.end() ? nullptr : it->second;
+}
+
 std::shared_ptr<Executable> CompileCache::get_or_compile(
     const CompileKey& key, const std::function<std::shared_ptr<Executable>()>& compile) {
   const std::string k = key.str();

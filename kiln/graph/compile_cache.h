@@ -60,6 +60,8 @@ class CompileCache {
   // {function: {compiles, hits, compile_ms, pack_ms, arena_bytes}}, for --stats and --json.
   nlohmann::json stats_json() const;
   std::vector<CompileKey> keys() const;
+  // The executable compiled for `key`, or null; unlike get_or_compile, counts no hit.
+  std::shared_ptr<Executable> find(const CompileKey& key) const;
   void clear();
 
  private:

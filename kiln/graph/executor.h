@@ -44,6 +44,8 @@ class Executable {
   // Time compile spent in the backend's prepare (weight packing, shared with other executables).
   double prepare_ms() const { return prepare_ms_; }
   bool compiled() const { return compiled_; }
+  // Whether a run keeps the backend's threads spinning between ops (Backend::threads_spin).
+  bool threads_spin() const { return backend_.threads_spin(graph_, prepared_); }
 
  private:
   Executable(Graph g, Backend& backend) : graph_(std::move(g)), backend_(backend) {}

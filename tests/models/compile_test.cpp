@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/backends/cpu/linear_dnnl.h"
 #include "kiln/core/error.h"
 #include "kiln/graph/passes.h"
 #include "kiln/models/causal_lm.h"
@@ -133,6 +134,29 @@ TEST(Compile, CountersHitsAndStrictMode) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("kv_cache dim 1 (64 -> 128)"), std::string::npos) << msg;
   }
+}
+
+// A decode step keeps the CPU backend's threads spinning between its short loops (a parallel
+// region per loop costs ~3 us, ~170 loops a step); a prefill, whose linears are GEMMs, does not.
+// A linear's rows are those of its input: the fused qkv op returns q, [B, T, Hq, D], whose
+// B * T * Hq rows (8 here, at batch 2) once kept every decode step off the spinning team.
+TEST(Compile, DecodeStepsKeepTheThreadsSpinning) {
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::bf16});
+  m->warmup("decode", 2, 1, 64);
+  m->warmup("prefill", 2, 32, 64);
+  std::shared_ptr<kiln::graph::Executable> decode, prefill;
+  for (const auto& key : m->compile_cache().keys())
+    (key.function == "decode" ? decode : prefill) = m->compile_cache().find(key);
+  ASSERT_TRUE(decode && prefill);
+  EXPECT_EQ(decode->threads_spin(), kiln::cpu::detail::bf16_linear_on_kiln());
+  EXPECT_FALSE(prefill->threads_spin());
+  if (kiln::cpu::detail::avx512_bf16_kernels()) {  // where the backend fuses the qkv epilogue
+    const auto& nodes = decode->graph().nodes;
+    EXPECT_TRUE(std::any_of(nodes.begin(), nodes.end(), [](const auto& n) {
+      return !n.dead && n.op == Op::LinearQKNormRopeCache;
+    }));
+  }
+  EXPECT_EQ(m->compile_cache().stats()["decode"].hits, 0);  // find() counts nothing
 }
 
 TEST(Compile, MissingOrMisshapenTensorsAndBadConfigsNameTheCulprit) {

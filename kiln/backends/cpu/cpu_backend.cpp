@@ -118,14 +118,14 @@ class CpuBackend final : public graph::Backend {
   // regions would get one thread inside the team.
   void run_graph(const graph::Graph& g, std::span<const std::shared_ptr<void>> prepared,
                  const std::function<void()>& nodes) override {
-    if (spinning_team_suits(g, prepared))
+    if (threads_spin(g, prepared))
       run_with_spinning_team(nodes);
     else
       nodes();
   }
 
-  static bool spinning_team_suits(const graph::Graph& g,
-                                  std::span<const std::shared_ptr<void>> prepared) {
+  bool threads_spin(const graph::Graph& g,
+                    std::span<const std::shared_ptr<void>> prepared) const override {
     if (!detail::bf16_linear_on_kiln()) return false;
     bool any_linear = false;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -141,8 +141,11 @@ class CpuBackend final : public graph::Backend {
         case Op::LinearResidual:
         case Op::LinearSiluMul:
         case Op::LinearQKNormRopeCache: {
+          // The rows of x, the first input: a fused op's output need not be the projection's
+          // (LinearQKNormRopeCache returns q, [B, T, Hq, D]).
           const auto* p = static_cast<const PackedLinear*>(prepared[i].get());
-          const int64_t rows = n.shape.empty() ? 0 : numel(n.shape) / n.shape.back();
+          const Shape& x = g.node(n.inputs[0]).shape;
+          const int64_t rows = x.empty() ? 0 : numel(x) / x.back();
           if (!p || p->compute_dtype() != DType::bf16 || rows > detail::kGemvMaxM) return false;
           any_linear = true;
           break;

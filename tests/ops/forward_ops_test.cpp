@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/backends/cpu/norm.h"
 #include "op_harness.h"
 
 namespace kiln::optest {
@@ -299,6 +300,22 @@ TEST(RmsNorm, MixedDtypes) {
   cpu::rms_norm(x, w, kEps, y);
   EXPECT_TRUE(all_close(y, rms_norm_ref(to_double(x), to_double(w), DType::bf16, DType::bf16),
                         {1e-6, 8e-3}));
+}
+
+// A norm row written straight to bf16 (a bf16 model's input norms) has the bits of the f32 row
+// rounded by store_row, with and without the normed value's rounding, vector lanes and tail alike.
+TEST(RmsNorm, Bf16RowEqualsTheF32RowStored) {
+  const int64_t h = 72;  // 4 vectors of 16 (9 of 8) and, with 16 lanes, a tail of 8
+  const Tensor x = random_tensor({h}, DType::f32, 25, -3.f, 3.f);
+  const std::vector<float> w = random_tensor({h}, DType::f32, 26, 0.3f, 2.f).to_f32_vector();
+  for (bool round_normed : {false, true}) {
+    std::vector<float> f32_row(size_t(h), 0.f);
+    std::vector<bf16_t> stored(static_cast<size_t>(h)), direct(static_cast<size_t>(h));
+    cpu::detail::rms_norm_row(x.data<float>(), w.data(), h, kEps, round_normed, f32_row.data());
+    cpu::detail::store_row(f32_row.data(), h, stored.data(), DType::bf16, 0);
+    cpu::detail::rms_norm_row(x.data<float>(), w.data(), h, kEps, round_normed, direct.data());
+    EXPECT_EQ(stored, direct) << "round_normed " << round_normed;
+  }
 }
 
 // The vector kernels' own f32 -> bf16 stores (16 or 8 lanes) round exactly as f32_to_bf16 does:

@@ -17,18 +17,20 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
   const std::vector<float> wf = detail::weight_f32(w);
   // In a bf16 model Transformers rounds the normed activations to bf16 before the weight multiply.
   const bool round_normed = x.dtype() == DType::bf16 || y.dtype() == DType::bf16;
-  // An f32 x (the residual stream) is read in place and an f32 y written in place; a bf16 side
-  // goes through a row buffer.
+  // An f32 x (the residual stream) is read in place, a bf16 one widened a row at a time; y is
+  // written directly (in place where it aliases x).
   parallel_for(
       rows,
       [&](int64_t r0, int64_t r1) {
-        std::vector<float> buf(static_cast<size_t>(2 * h));
+        std::vector<float> xbuf(x.dtype() == DType::f32 ? 0 : static_cast<size_t>(h));
         for (int64_t r = r0; r < r1; ++r) {
-          const float* xr = x.dtype() == DType::f32 ? x.data<float>() + r * h : buf.data() + h;
-          if (x.dtype() != DType::f32) detail::load_row(x.raw(), x.dtype(), r * h, h, buf.data() + h);
-          float* yr = y.dtype() == DType::f32 ? y.data<float>() + r * h : buf.data();
-          detail::rms_norm_row(xr, wf.data(), h, eps, round_normed, yr);
-          if (y.dtype() != DType::f32) detail::store_row(yr, h, y.raw(), y.dtype(), r * h);
+          const float* xr = x.dtype() == DType::f32 ? x.data<float>() + r * h : xbuf.data();
+          if (x.dtype() != DType::f32) detail::load_row(x.raw(), x.dtype(), r * h, h, xbuf.data());
+          if (y.dtype() == DType::f32)
+            detail::rms_norm_row(xr, wf.data(), h, eps, round_normed, y.data<float>() + r * h);
+          else
+            detail::rms_norm_row(xr, wf.data(), h, eps, round_normed,
+                                 static_cast<bf16_t*>(y.raw()) + r * h);
         }
       },
       std::max<int64_t>(1, 8192 / std::max<int64_t>(h, 1)));

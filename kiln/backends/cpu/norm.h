@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/backends/cpu/simd.h"
@@ -22,10 +23,10 @@ inline float rms_inv(const float* x, int64_t n, float eps) {
 
 // out[i] = (x[i] * r) * w[i]. Transformers' Qwen3RMSNorm returns weight * normed.to(input_dtype):
 // in a bf16 model the normed value is rounded to bf16 before the weight multiply, which
-// round_normed_bf16 reproduces (the caller rounds the product when storing to bf16).
-// out may alias x.
+// round_normed_bf16 reproduces; a bf16 out rounds the product as store_row does. out may alias x.
+template <typename OutT>  // float | bf16_t
 inline void rms_norm_row(const float* x, const float* w, int64_t n, float eps,
-                         bool round_normed_bf16, float* out) {
+                         bool round_normed_bf16, OutT* out) {
   const float r = rms_inv(x, n, eps);
   int64_t i = 0;
 #ifdef KILN_SIMD_VEC
@@ -39,7 +40,10 @@ inline void rms_norm_row(const float* x, const float* w, int64_t n, float eps,
   for (; i < n; ++i) {
     float v = x[i] * r;
     if (round_normed_bf16) v = bf16_to_f32(f32_to_bf16(v));
-    out[i] = v * w[i];
+    if constexpr (std::is_same_v<OutT, bf16_t>)
+      out[i] = f32_to_bf16(v * w[i]);
+    else
+      out[i] = v * w[i];
   }
 }
 

@@ -53,11 +53,11 @@ BENCHMARK(BM_AttentionDecode)
     ->UseRealTime();
 
 // Decode as a model runs it: 28 layers' caches in one allocation (huge pages, as
-// CausalLM::make_cache lays them out), called in turn on a spinning team, with a read of one layer's weight bytes
-// (30 MB, untimed) between calls, so every call finds its K and V in memory and the other ops'
-// data in the caches. Only the attention calls are timed; "us/layer" is one call, "read_us/layer"
-// a plain read of as many bytes just as cold, "of_read" the ratio: the fraction of the decode
-// roofline the attention reaches.
+// CausalLM::make_cache lays them out), called in turn on a spinning team, with a read of one
+// layer's weight bytes (30 MB, untimed) between calls, so every call finds its K and V in memory
+// and the other ops' data in the caches. Only the attention calls are timed; "us/layer" is one
+// call, "read_us/layer" a plain read of as many bytes just as cold, "of_read" the ratio: the
+// fraction of the decode roofline the attention reaches.
 void BM_AttentionDecodeLayers(benchmark::State& state) {
   constexpr int64_t kLayers = 28;
   constexpr size_t kLayerWeightFloats = size_t(30) << 18;  // 30 MB

@@ -759,9 +759,9 @@ void softmax_update(float* st, int64_t ld, int64_t nk_pad, int64_t c0, float* m,
 // pacc[r * D], or, for a whole chunk, the normalised rows of `out`. Scores come per block of
 // kLanes slots (score_block, per ISA), the online softmax is updated once per superblock. The heads
 // are walked inside each superblock, whose K and V spans (a slot's rows of all heads are
-// contiguous) are first read front to back into L2 (touch_bytes): without the read ahead the walk
-// (D values of every Hkv * D slot row) leaves the hardware prefetcher idle and ran at 31-41 % of a
-// plain read of its bytes on the Zen 3; one head per item was 12-15 % slower there, and on the
+// contiguous) are first read front to back into L2 (touch_bytes_pair: K and V line by line in
+// turn): without the read ahead the walk (D values of every Hkv * D slot row) leaves the hardware
+// prefetcher idle and ran at 31-41 % of a plain read of its bytes on the Zen 3; one head per item was 12-15 % slower there, and on the
 // Zen 5 (bench_attention's model-like row) 48-52 against 46 us per layer at L = 192, 395 against
 // 331-339 at 2048. Software prefetch, of the next block's rows or of the next or current
 // superblock's span, changed nothing measurable on the Zen 3; reading the next superblock while
@@ -814,8 +814,7 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
       if (mask[c.b * a.l + j0 + jj]) base |= uint64_t(1) << jj;
     const int64_t span = (c.b * a.l + j0) * slot_stride;
     const int64_t span_bytes = ns * slot_stride * int64_t(sizeof(KT));
-    detail::touch_bytes(k + span, span_bytes);
-    detail::touch_bytes(v + span, span_bytes);
+    detail::touch_bytes_pair(k + span, v + span, span_bytes);
     for (int64_t g = 0; g < a.hkv; ++g) {
       const DecodeQuery& qr = queries[size_t(g)];
       const int64_t first = (c.b * a.l + j0) * slot_stride + g * a.d;  // head g's row of slot j0

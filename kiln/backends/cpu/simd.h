@@ -280,6 +280,23 @@ inline void touch_bytes(const void* p, int64_t bytes) {
   asm volatile("" : : "r"(sink));  // keeps the loads
 }
 
+// touch_bytes for two spans of equal length, a line of one then the same line of the other: two
+// streams in flight at once. The decode attention's K and V spans read this way reached 8-13 %
+// more of a plain read's speed on the Zen 5 than the same spans read one after the other
+// (docs/notes/cpu-attention.md, decode item 15); cutting them into more streams was slower.
+inline void touch_bytes_pair(const void* p, const void* q, int64_t bytes) {
+  const char* a = static_cast<const char*>(p);
+  const char* b = static_cast<const char*>(q);
+  uint64_t sink = 0;
+  for (int64_t o = 0; o < bytes; o += 64) {
+    uint64_t wa, wb;
+    std::memcpy(&wa, a + o, sizeof wa);
+    std::memcpy(&wb, b + o, sizeof wb);
+    sink ^= wa ^ wb;
+  }
+  asm volatile("" : : "r"(sink));  // keeps the loads
+}
+
 // Converts n values of src (f32|bf16) starting at element `offset` into f32 dst.
 inline void load_row(const void* src, DType t, int64_t offset, int64_t n, float* dst) {
   if (t == DType::f32) {

@@ -1131,21 +1131,22 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
     // an item's rows (t, g) are one contiguous matrix. Converted in one streaming pass over q
     // (the items' strided reads of f32 q rows, 1 KiB every 8 KiB, waited on memory).
     auto* qb = static_cast<bf16_t*>(detail::thread_scratch(kScratchQ, size_t(a.t * a.hq * D) * 2));
-    // One parallel region, split by kv head, prepares each head's q rows and its K and V panels
-    // (one fork and barrier fewer than a region for each). A masked slot's value is zeroed in the
-    // panels (P is 0 there, and 0 x NaN from a never-written slot would still be NaN); its key's
-    // scores are never read.
-    const int64_t slot_stride = H * D;
-    parallel_for(H, [&](int64_t h0, int64_t h1) {
+    parallel_for(a.t, [&](int64_t t0, int64_t t1) {
       const __m512 vscale = _mm512_set1_ps(a.scale);
-      for (int64_t h = h0; h < h1; ++h) {
-        for (int64_t t = 0; t < a.t; ++t) {  // q heads [h G, h G + G) of query t: G D contiguous
-          const float* src = q + ((b * a.t + t) * a.hq + h * G) * D;
-          bf16_t* dst = qb + (h * a.t + t) * G * D;
-          for (int64_t c = 0; c < G * D; c += 16)
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t hq = 0; hq < a.hq; ++hq) {
+          const float* src = q + ((b * a.t + t) * a.hq + hq) * D;
+          bf16_t* dst = qb + (((hq / G) * a.t + t) * G + hq % G) * D;
+          for (int64_t c = 0; c < D; c += 16)
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c),
                                 detail::cvt_f32_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(src + c), vscale)));
         }
+    });
+    // A masked slot's value is zeroed in the panels (P is 0 there, and 0 x NaN from a never-written
+    // slot would still be NaN); its key's scores are never read.
+    const int64_t slot_stride = H * D;
+    parallel_for(H, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
         const int64_t first = (b * a.l + lo) * slot_stride + h * D;
         auto* kh = reinterpret_cast<uint16_t*>(kp + h * k_head);
         auto* vh = reinterpret_cast<uint16_t*>(vp + h * v_head);

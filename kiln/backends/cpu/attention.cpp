@@ -761,9 +761,9 @@ void softmax_update(float* st, int64_t ld, int64_t nk_pad, int64_t c0, float* m,
 // are walked inside each superblock, whose K and V spans (a slot's rows of all heads are
 // contiguous) are first read front to back into L2 (touch_bytes_pair: K and V line by line in
 // turn): without the read ahead the walk (D values of every Hkv * D slot row) leaves the hardware
-// prefetcher idle and ran at 31-41 % of a plain read of its bytes on the Zen 3; one head per item was 12-15 % slower there, and on the
-// Zen 5 (bench_attention's model-like row) 48-52 against 46 us per layer at L = 192, 395 against
-// 331-339 at 2048. Software prefetch, of the next block's rows or of the next or current
+// prefetcher idle and ran at 31-41 % of a plain read of its bytes on the Zen 3; one head per item
+// was 12-15 % slower there, and on the Zen 5 (bench_attention's model-like row) 48-52 against 46
+// us per layer at L = 192, 395 against 331-339 at 2048. Software prefetch, of the next block's rows or of the next or current
 // superblock's span, changed nothing measurable on the Zen 3; reading the next superblock while
 // computing this one was slower than reading this one first (docs/notes/cpu-attention.md).
 template <typename KT>

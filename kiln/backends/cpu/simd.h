@@ -281,8 +281,8 @@ inline void touch_bytes(const void* p, int64_t bytes) {
 }
 
 // touch_bytes for two spans of equal length, a line of one then the same line of the other: two
-// streams in flight at once. The decode attention's K and V spans read this way reached 8-13 %
-// more of a plain read's speed on the Zen 5 than the same spans read one after the other
+// streams in flight at once. The decode attention's K and V spans read this way ran 5-10 % nearer
+// a plain read's speed on the Zen 5 than the same spans read one after the other
 // (docs/notes/cpu-attention.md, decode item 15); cutting them into more streams was slower.
 inline void touch_bytes_pair(const void* p, const void* q, int64_t bytes) {
   const char* a = static_cast<const char*>(p);

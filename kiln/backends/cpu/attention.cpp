@@ -763,9 +763,10 @@ void softmax_update(float* st, int64_t ld, int64_t nk_pad, int64_t c0, float* m,
 // turn): without the read ahead the walk (D values of every Hkv * D slot row) leaves the hardware
 // prefetcher idle and ran at 31-41 % of a plain read of its bytes on the Zen 3; one head per item
 // was 12-15 % slower there, and on the Zen 5 (bench_attention's model-like row) 48-52 against 46
-// us per layer at L = 192, 395 against 331-339 at 2048. Software prefetch, of the next block's rows or of the next or current
-// superblock's span, changed nothing measurable on the Zen 3; reading the next superblock while
-// computing this one was slower than reading this one first (docs/notes/cpu-attention.md).
+// us per layer at L = 192, 395 against 331-339 at 2048. Software prefetch, of the next block's
+// rows or of the next or current superblock's span, changed nothing measurable on the Zen 3;
+// reading the next superblock while computing this one was slower than reading this one first
+// (docs/notes/cpu-attention.md).
 template <typename KT>
 void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                   const DecodeChunk& c, float* pm, float* pl, float* pacc, Tensor& out) {

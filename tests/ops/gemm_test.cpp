@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/backends/cpu/kernels.h"
+#include "tests/ops/bf16_arithmetic.h"
 
 namespace kiln::cpu {
 namespace {
@@ -34,41 +35,43 @@ struct Case {
 class GemmTest : public testing::TestWithParam<Case> {};
 
 TEST_P(GemmTest, MatchesReference) {
-  const Case c = GetParam();
-  // Stored shapes: a is [M, K] or, transposed, [K, M]; b is [K, N] or [N, K].
-  const Shape a_shape = c.ta ? Shape{c.K, c.M} : Shape{c.M, c.K};
-  const Shape b_shape = c.tb ? Shape{c.N, c.K} : Shape{c.K, c.N};
-  Tensor a = Tensor::from_vector(random_values(c.M * c.K, 1), a_shape).to(c.da);
-  Tensor b = Tensor::from_vector(random_values(c.K * c.N, 2), b_shape).to(c.db);
-  const auto c0 = random_values(c.M * c.N, 3);
-  Tensor out = Tensor::from_vector(c0, {c.M, c.N});
-  if (c.beta == 0.f) {  // beta = 0 must overwrite whatever c held, NaN included
-    for (int64_t i = 0; i < c.M * c.N; i += 7)
-      out.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
-  }
-  out = out.to(c.dc);
-  gemm(a, c.ta, b, c.tb, c.beta, out);
-
-  const auto av = a.to_f32_vector(), bv = b.to_f32_vector(), got = out.to_f32_vector();
-  double worst = 0;
-  for (int64_t m = 0; m < c.M; ++m) {
-    for (int64_t n = 0; n < c.N; ++n) {
-      double s = 0, mag = 0;
-      for (int64_t k = 0; k < c.K; ++k) {
-        double x = c.ta ? av[k * c.M + m] : av[m * c.K + k];
-        double y = c.tb ? bv[n * c.K + k] : bv[k * c.N + n];
-        s += x * y;
-        mag += std::fabs(x * y);
-      }
-      s += double(c.beta) * c0[m * c.N + n];
-      // f32 accumulation error, plus the final rounding of a bf16 c.
-      const double tol = mag * std::ldexp(1.0, -12) + 1e-6 +
-                         (c.dc == DType::bf16 ? std::fabs(s) * std::ldexp(1.0, -8) : 0.0);
-      const double err = std::fabs(got[m * c.N + n] - s) / tol;
-      worst = std::isnan(got[m * c.N + n]) ? 1e30 : std::max(worst, err);
+  test::for_each_bf16_gemm_arithmetic([&] {
+    const Case c = GetParam();
+    // Stored shapes: a is [M, K] or, transposed, [K, M]; b is [K, N] or [N, K].
+    const Shape a_shape = c.ta ? Shape{c.K, c.M} : Shape{c.M, c.K};
+    const Shape b_shape = c.tb ? Shape{c.N, c.K} : Shape{c.K, c.N};
+    Tensor a = Tensor::from_vector(random_values(c.M * c.K, 1), a_shape).to(c.da);
+    Tensor b = Tensor::from_vector(random_values(c.K * c.N, 2), b_shape).to(c.db);
+    const auto c0 = random_values(c.M * c.N, 3);
+    Tensor out = Tensor::from_vector(c0, {c.M, c.N});
+    if (c.beta == 0.f) {  // beta = 0 must overwrite whatever c held, NaN included
+      for (int64_t i = 0; i < c.M * c.N; i += 7)
+        out.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
     }
-  }
-  EXPECT_LE(worst, 1.0);
+    out = out.to(c.dc);
+    gemm(a, c.ta, b, c.tb, c.beta, out);
+
+    const auto av = a.to_f32_vector(), bv = b.to_f32_vector(), got = out.to_f32_vector();
+    double worst = 0;
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t n = 0; n < c.N; ++n) {
+        double s = 0, mag = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          double x = c.ta ? av[k * c.M + m] : av[m * c.K + k];
+          double y = c.tb ? bv[n * c.K + k] : bv[k * c.N + n];
+          s += x * y;
+          mag += std::fabs(x * y);
+        }
+        s += double(c.beta) * c0[m * c.N + n];
+        // f32 accumulation error, plus the final rounding of a bf16 c.
+        const double tol = mag * std::ldexp(1.0, -12) + 1e-6 +
+                           (c.dc == DType::bf16 ? std::fabs(s) * std::ldexp(1.0, -8) : 0.0);
+        const double err = std::fabs(got[m * c.N + n] - s) / tol;
+        worst = std::isnan(got[m * c.N + n]) ? 1e30 : std::max(worst, err);
+      }
+    }
+    EXPECT_LE(worst, 1.0);
+  });
 }
 
 std::vector<Case> cases() {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/backends/cpu/kernels.h"
+#include "tests/ops/bf16_arithmetic.h"
 #include "kiln/backends/cpu/linear_dnnl.h"
 #include "kiln/core/error.h"
 
@@ -83,42 +84,44 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 class LinearTest : public testing::TestWithParam<Case> {};
 
 TEST_P(LinearTest, MatchesReference) {
-  const auto [compute, M, N, K] = GetParam();
-  const auto wv = random_values(N * K, 1), xv = random_values(M * K, 2);
-  const auto rv = random_values(M * N, 3);
-  auto w = PackedLinear::pack(Tensor::from_vector(wv, {N, K}), compute);
-  EXPECT_EQ(w->out_features(), N);
-  EXPECT_EQ(w->in_features(), K);
-  EXPECT_EQ(w->compute_dtype(), compute);
-  EXPECT_GE(w->bytes(), size_t(N * K) * dtype_size(compute));
-  // Packing pads to 64 x 32 blocks at most: a bounded memory overhead.
-  EXPECT_LE(w->bytes(), size_t((N + 63) / 64 * 64 * ((K + 31) / 32 * 32)) * dtype_size(compute));
+  test::for_each_bf16_gemm_arithmetic([&] {
+    const auto [compute, M, N, K] = GetParam();
+    const auto wv = random_values(N * K, 1), xv = random_values(M * K, 2);
+    const auto rv = random_values(M * N, 3);
+    auto w = PackedLinear::pack(Tensor::from_vector(wv, {N, K}), compute);
+    EXPECT_EQ(w->out_features(), N);
+    EXPECT_EQ(w->in_features(), K);
+    EXPECT_EQ(w->compute_dtype(), compute);
+    EXPECT_GE(w->bytes(), size_t(N * K) * dtype_size(compute));
+    // Packing pads to 64 x 32 blocks at most: a bounded memory overhead.
+    EXPECT_LE(w->bytes(), size_t((N + 63) / 64 * 64 * ((K + 31) / 32 * 32)) * dtype_size(compute));
 
-  for (DType xt : {DType::f32, DType::bf16}) {
-    // bf16 compute rounds x and W; a bf16 x is rounded already.
-    const bool rx = compute == DType::bf16 || xt == DType::bf16;
-    const auto xr = rx ? round_bf16(xv) : xv;
-    const auto wr = compute == DType::bf16 ? round_bf16(wv) : wv;
-    const Reference plain = reference(xr, wr, M, N, K);
-    Reference with_res = plain;
-    for (size_t i = 0; i < rv.size(); ++i) with_res.y[i] += rv[i];
-    Tensor x = Tensor::from_vector(xv, {M, K}).to(xt);
-    for (DType yt : {DType::f32, DType::bf16}) {
-      SCOPED_TRACE(std::string("x ") + std::string(dtype_name(xt)) + ", y " +
-                   std::string(dtype_name(yt)));
-      Tensor y = Tensor::empty({M, N}, yt);
-      linear(x, *w, y);
-      EXPECT_LE(worst_ratio(y.to_f32_vector(), plain, yt), 1.0);
-      // Residual in a separate tensor (binary-add epilogue), y of either dtype.
-      Tensor res = Tensor::from_vector(rv, {M, N});
-      linear(x, *w, y, &res);
-      EXPECT_LE(worst_ratio(y.to_f32_vector(), with_res, yt), 1.0);
+    for (DType xt : {DType::f32, DType::bf16}) {
+      // bf16 compute rounds x and W; a bf16 x is rounded already.
+      const bool rx = compute == DType::bf16 || xt == DType::bf16;
+      const auto xr = rx ? round_bf16(xv) : xv;
+      const auto wr = compute == DType::bf16 ? round_bf16(wv) : wv;
+      const Reference plain = reference(xr, wr, M, N, K);
+      Reference with_res = plain;
+      for (size_t i = 0; i < rv.size(); ++i) with_res.y[i] += rv[i];
+      Tensor x = Tensor::from_vector(xv, {M, K}).to(xt);
+      for (DType yt : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(std::string("x ") + std::string(dtype_name(xt)) + ", y " +
+                     std::string(dtype_name(yt)));
+        Tensor y = Tensor::empty({M, N}, yt);
+        linear(x, *w, y);
+        EXPECT_LE(worst_ratio(y.to_f32_vector(), plain, yt), 1.0);
+        // Residual in a separate tensor (binary-add epilogue), y of either dtype.
+        Tensor res = Tensor::from_vector(rv, {M, N});
+        linear(x, *w, y, &res);
+        EXPECT_LE(worst_ratio(y.to_f32_vector(), with_res, yt), 1.0);
+      }
+      // Residual aliasing y (in-place add, the fused residual of a transformer block).
+      Tensor y = Tensor::from_vector(rv, {M, N});
+      linear(x, *w, y, &y);
+      EXPECT_LE(worst_ratio(y.to_f32_vector(), with_res, DType::f32), 1.0);
     }
-    // Residual aliasing y (in-place add, the fused residual of a transformer block).
-    Tensor y = Tensor::from_vector(rv, {M, N});
-    linear(x, *w, y, &y);
-    EXPECT_LE(worst_ratio(y.to_f32_vector(), with_res, DType::f32), 1.0);
-  }
+  });
 }
 
 std::vector<Case> cases() {
@@ -281,117 +284,123 @@ TEST(Linear, EmbeddingFromPackedCopyEqualsTableLookup) {
 }
 
 TEST(Linear, DecodeAndPrefillPathsAgree) {
-  // Row m of a batched (prefill-path) call equals the single-row (GEMV-path) call within rounding.
-  const int64_t N = 300, K = 96, M = 20;
-  auto w = PackedLinear::pack(Tensor::from_vector(random_values(N * K, 40), {N, K}), DType::bf16);
-  Tensor x = Tensor::from_vector(random_values(M * K, 41), {M, K}).to(DType::bf16);
-  Tensor y = Tensor::empty({M, N}, DType::f32);
-  linear(x, *w, y);
-  const auto all = y.to_f32_vector();
-  for (int64_t m : {0, 7, 19}) {
-    Tensor y1 = Tensor::empty({1, N}, DType::f32);
-    linear(x.slice0(m, m + 1), *w, y1);
-    const auto one = y1.to_f32_vector();
-    for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(one[n], all[m * N + n], 1e-4) << m << "," << n;
-  }
+  test::for_each_bf16_gemm_arithmetic([&] {
+    // Row m of a batched (prefill-path) call equals the single-row (GEMV-path) call within rounding.
+    const int64_t N = 300, K = 96, M = 20;
+    auto w = PackedLinear::pack(Tensor::from_vector(random_values(N * K, 40), {N, K}), DType::bf16);
+    Tensor x = Tensor::from_vector(random_values(M * K, 41), {M, K}).to(DType::bf16);
+    Tensor y = Tensor::empty({M, N}, DType::f32);
+    linear(x, *w, y);
+    const auto all = y.to_f32_vector();
+    for (int64_t m : {0, 7, 19}) {
+      Tensor y1 = Tensor::empty({1, N}, DType::f32);
+      linear(x.slice0(m, m + 1), *w, y1);
+      const auto one = y1.to_f32_vector();
+      for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(one[n], all[m * N + n], 1e-4) << m << "," << n;
+    }
+  });
 }
 
 TEST(Linear, SiluMulEpilogueEqualsLinearThenSiluMul) {
-  // linear_silu_mul is linear into an f32 gate_up, then silu_mul, bit for bit: in the bf16 GEMM's
-  // store (intermediate a multiple of 64, more than 4 rows) and in its fallbacks (few rows: the
-  // GEMV; an intermediate of 80). Row counts cover whole and partial row tiles and blocks, both
-  // threads' column split and a split too narrow to make.
-  struct Shape3 {
-    int64_t M, inter, K;
-  };
-  for (const Shape3 c : {Shape3{5, 64, 64}, Shape3{37, 192, 96}, Shape3{128, 128, 256},
-                         Shape3{300, 256, 64}, Shape3{3, 128, 64}, Shape3{40, 80, 64}}) {
-    const int64_t N = 2 * c.inter;
+  test::for_each_bf16_gemm_arithmetic([&] {
+    // linear_silu_mul is linear into an f32 gate_up, then silu_mul, bit for bit: in the bf16 GEMM's
+    // store (intermediate a multiple of 64, more than 4 rows) and in its fallbacks (few rows: the
+    // GEMV; an intermediate of 80). Row counts cover whole and partial row tiles and blocks, both
+    // threads' column split and a split too narrow to make.
+    struct Shape3 {
+      int64_t M, inter, K;
+    };
+    for (const Shape3 c : {Shape3{5, 64, 64}, Shape3{37, 192, 96}, Shape3{128, 128, 256},
+                           Shape3{300, 256, 64}, Shape3{3, 128, 64}, Shape3{40, 80, 64}}) {
+      const int64_t N = 2 * c.inter;
+      auto w = PackedLinear::pack(
+          Tensor::from_vector(random_values(N * c.K, 60), {N, c.K}).to(DType::bf16), DType::bf16);
+      Tensor x = Tensor::from_vector(random_values(c.M * c.K, 61), {c.M, c.K}).to(DType::bf16);
+      Tensor gate_up = Tensor::empty({c.M, N}, DType::f32);
+      linear(x, *w, gate_up);
+      for (DType yt : {DType::bf16, DType::f32}) {
+        Tensor want = Tensor::empty({c.M, c.inter}, yt), got = Tensor::empty({c.M, c.inter}, yt);
+        silu_mul(gate_up, want);
+        linear_silu_mul(x, *w, got);
+        EXPECT_EQ(got.to_f32_vector(), want.to_f32_vector())
+            << "M " << c.M << ", inter " << c.inter << ", K " << c.K << ", " << dtype_name(yt);
+      }
+    }
+    // K past one block of the f32 GEMM (1024): the fused GEMM sums all of K in one chain where the
+    // unfused one adds two blocks' sums, so the two agree within f32 rounding (then the output's).
+    const int64_t M = 40, inter = 64, K = 1088;
     auto w = PackedLinear::pack(
-        Tensor::from_vector(random_values(N * c.K, 60), {N, c.K}).to(DType::bf16), DType::bf16);
-    Tensor x = Tensor::from_vector(random_values(c.M * c.K, 61), {c.M, c.K}).to(DType::bf16);
-    Tensor gate_up = Tensor::empty({c.M, N}, DType::f32);
+        Tensor::from_vector(random_values(2 * inter * K, 62), {2 * inter, K}).to(DType::bf16),
+        DType::bf16);
+    Tensor x = Tensor::from_vector(random_values(M * K, 63), {M, K}).to(DType::bf16);
+    Tensor gate_up = Tensor::empty({M, 2 * inter}, DType::f32);
     linear(x, *w, gate_up);
     for (DType yt : {DType::bf16, DType::f32}) {
-      Tensor want = Tensor::empty({c.M, c.inter}, yt), got = Tensor::empty({c.M, c.inter}, yt);
+      Tensor want = Tensor::empty({M, inter}, yt), got = Tensor::empty({M, inter}, yt);
       silu_mul(gate_up, want);
       linear_silu_mul(x, *w, got);
-      EXPECT_EQ(got.to_f32_vector(), want.to_f32_vector())
-          << "M " << c.M << ", inter " << c.inter << ", K " << c.K << ", " << dtype_name(yt);
+      const auto g = got.to_f32_vector(), e = want.to_f32_vector();
+      const double rel = yt == DType::bf16 ? 1.0 / 128 : 1e-5;  // one bf16 step; f32 sums of 1088
+      for (size_t i = 0; i < g.size(); ++i)
+        ASSERT_NEAR(g[i], e[i], rel * std::fabs(e[i]) + 1e-5) << i << ", " << dtype_name(yt);
     }
-  }
-  // K past one block of the f32 GEMM (1024): the fused GEMM sums all of K in one chain where the
-  // unfused one adds two blocks' sums, so the two agree within f32 rounding (then the output's).
-  const int64_t M = 40, inter = 64, K = 1088;
-  auto w = PackedLinear::pack(
-      Tensor::from_vector(random_values(2 * inter * K, 62), {2 * inter, K}).to(DType::bf16),
-      DType::bf16);
-  Tensor x = Tensor::from_vector(random_values(M * K, 63), {M, K}).to(DType::bf16);
-  Tensor gate_up = Tensor::empty({M, 2 * inter}, DType::f32);
-  linear(x, *w, gate_up);
-  for (DType yt : {DType::bf16, DType::f32}) {
-    Tensor want = Tensor::empty({M, inter}, yt), got = Tensor::empty({M, inter}, yt);
-    silu_mul(gate_up, want);
-    linear_silu_mul(x, *w, got);
-    const auto g = got.to_f32_vector(), e = want.to_f32_vector();
-    const double rel = yt == DType::bf16 ? 1.0 / 128 : 1e-5;  // one bf16 step; f32 sums of 1088
-    for (size_t i = 0; i < g.size(); ++i)
-      ASSERT_NEAR(g[i], e[i], rel * std::fabs(e[i]) + 1e-5) << i << ", " << dtype_name(yt);
-  }
+  });
 }
 
 TEST(Linear, QkNormRopeEpilogueEqualsLinearThenQkNormRopeCache) {
-  // linear_qk_norm_rope_cache is linear into an f32 qkv projection, then qk_norm_rope_cache, bit
-  // for bit: in the bf16 GEMM's tiles (head_dim 128 or 64, more than 4 rows; rows of two batch
-  // entries, a slot offset, caches longer than the prompt) and in the fallbacks (4 rows: the GEMV;
-  // head_dim 32), with and without q/k-norm, into bf16 and f32 caches.
-  struct Shape5 {
-    int64_t b, t, hq, hkv, d;
-  };
-  const int64_t K = 192, off = 3;
-  for (const Shape5 c : {Shape5{2, 37, 4, 2, 128}, Shape5{1, 130, 2, 1, 128},
-                         Shape5{1, 4, 2, 1, 128}, Shape5{1, 20, 3, 1, 64},
-                         Shape5{1, 20, 2, 1, 32}}) {
-    const int64_t M = c.b * c.t, N = (c.hq + 2 * c.hkv) * c.d, L = c.t + off + 2;
-    auto w = PackedLinear::pack(
-        Tensor::from_vector(random_values(N * K, 70), {N, K}).to(DType::bf16), DType::bf16);
-    Tensor x = Tensor::from_vector(random_values(M * K, 71), {M, K}).to(DType::bf16);
-    std::vector<int32_t> pos(static_cast<size_t>(M));
-    for (int64_t m = 0; m < M; ++m) pos[size_t(m)] = int32_t(off + m % c.t + 5 * (m / c.t));
-    Tensor positions = Tensor::from_vector(pos, {c.b, c.t});
-    std::vector<float> table(static_cast<size_t>(512 * c.d));
-    for (int64_t p = 0; p < 512; ++p)
-      for (int64_t i = 0; i < c.d / 2; ++i) {
-        const double a = double(p) * std::pow(1e4, -2.0 * double(i) / double(c.d));
-        table[size_t(p * c.d + i)] = float(std::cos(a));
-        table[size_t(p * c.d + c.d / 2 + i)] = float(std::sin(a));
-      }
-    Tensor cos_sin = Tensor::from_vector(table, {512, c.d});
-    Tensor proj = Tensor::empty({M, N}, DType::f32);
-    linear(x, *w, proj);
-    for (bool norm : {true, false})
-      for (DType cache : {DType::bf16, DType::f32}) {
-        Tensor qn, kn;
-        if (norm) {
-          qn = Tensor::from_vector(random_values(c.d, 72), {c.d}).to(DType::bf16);
-          kn = Tensor::from_vector(random_values(c.d, 73), {c.d}).to(DType::bf16);
+  test::for_each_bf16_gemm_arithmetic([&] {
+    // linear_qk_norm_rope_cache is linear into an f32 qkv projection, then qk_norm_rope_cache, bit
+    // for bit: in the bf16 GEMM's tiles (head_dim 128 or 64, more than 4 rows; rows of two batch
+    // entries, a slot offset, caches longer than the prompt) and in the fallbacks (4 rows: the GEMV;
+    // head_dim 32), with and without q/k-norm, into bf16 and f32 caches.
+    struct Shape5 {
+      int64_t b, t, hq, hkv, d;
+    };
+    const int64_t K = 192, off = 3;
+    for (const Shape5 c : {Shape5{2, 37, 4, 2, 128}, Shape5{1, 130, 2, 1, 128},
+                           Shape5{1, 4, 2, 1, 128}, Shape5{1, 20, 3, 1, 64},
+                           Shape5{1, 20, 2, 1, 32}}) {
+      const int64_t M = c.b * c.t, N = (c.hq + 2 * c.hkv) * c.d, L = c.t + off + 2;
+      auto w = PackedLinear::pack(
+          Tensor::from_vector(random_values(N * K, 70), {N, K}).to(DType::bf16), DType::bf16);
+      Tensor x = Tensor::from_vector(random_values(M * K, 71), {M, K}).to(DType::bf16);
+      std::vector<int32_t> pos(static_cast<size_t>(M));
+      for (int64_t m = 0; m < M; ++m) pos[size_t(m)] = int32_t(off + m % c.t + 5 * (m / c.t));
+      Tensor positions = Tensor::from_vector(pos, {c.b, c.t});
+      std::vector<float> table(static_cast<size_t>(512 * c.d));
+      for (int64_t p = 0; p < 512; ++p)
+        for (int64_t i = 0; i < c.d / 2; ++i) {
+          const double a = double(p) * std::pow(1e4, -2.0 * double(i) / double(c.d));
+          table[size_t(p * c.d + i)] = float(std::cos(a));
+          table[size_t(p * c.d + c.d / 2 + i)] = float(std::sin(a));
         }
-        auto outputs = [&](bool fused) {
-          Tensor q = Tensor::empty({c.b, c.t, c.hq, c.d}, DType::f32);
-          Tensor kc = Tensor::zeros({c.b, L, c.hkv, c.d}, cache);
-          Tensor vc = Tensor::zeros({c.b, L, c.hkv, c.d}, cache);
-          if (fused)
-            linear_qk_norm_rope_cache(x, *w, qn, kn, 1e-6f, positions, cos_sin, off, q, kc, vc);
-          else
-            qk_norm_rope_cache(proj, qn, kn, 1e-6f, positions, cos_sin, off, q, kc, vc);
-          return std::vector<std::vector<float>>{q.to_f32_vector(), kc.to_f32_vector(),
-                                                 vc.to_f32_vector()};
-        };
-        EXPECT_EQ(outputs(true), outputs(false))
-            << "B " << c.b << ", T " << c.t << ", heads " << c.hq << "/" << c.hkv << ", D " << c.d
-            << (norm ? ", q/k-norm, " : ", no norm, ") << dtype_name(cache) << " cache";
-      }
-  }
+      Tensor cos_sin = Tensor::from_vector(table, {512, c.d});
+      Tensor proj = Tensor::empty({M, N}, DType::f32);
+      linear(x, *w, proj);
+      for (bool norm : {true, false})
+        for (DType cache : {DType::bf16, DType::f32}) {
+          Tensor qn, kn;
+          if (norm) {
+            qn = Tensor::from_vector(random_values(c.d, 72), {c.d}).to(DType::bf16);
+            kn = Tensor::from_vector(random_values(c.d, 73), {c.d}).to(DType::bf16);
+          }
+          auto outputs = [&](bool fused) {
+            Tensor q = Tensor::empty({c.b, c.t, c.hq, c.d}, DType::f32);
+            Tensor kc = Tensor::zeros({c.b, L, c.hkv, c.d}, cache);
+            Tensor vc = Tensor::zeros({c.b, L, c.hkv, c.d}, cache);
+            if (fused)
+              linear_qk_norm_rope_cache(x, *w, qn, kn, 1e-6f, positions, cos_sin, off, q, kc, vc);
+            else
+              qk_norm_rope_cache(proj, qn, kn, 1e-6f, positions, cos_sin, off, q, kc, vc);
+            return std::vector<std::vector<float>>{q.to_f32_vector(), kc.to_f32_vector(),
+                                                   vc.to_f32_vector()};
+          };
+          EXPECT_EQ(outputs(true), outputs(false))
+              << "B " << c.b << ", T " << c.t << ", heads " << c.hq << "/" << c.hkv << ", D " << c.d
+              << (norm ? ", q/k-norm, " : ", no norm, ") << dtype_name(cache) << " cache";
+        }
+    }
+  });
 }
 
 TEST(Linear, PrimitivesAreReusedAcrossCalls) {

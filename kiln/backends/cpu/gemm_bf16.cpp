@@ -14,8 +14,12 @@
 // panel, then adds it into C once per k block. Each thread owns a range of C's rows or columns
 // (whichever avoids packing the same A twice).
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
+#include "kiln/backends/cpu/kernels.h"  // f32_fma_outruns_dpbf16
 #include "kiln/backends/cpu/linear_dnnl.h"
 #include "kiln/backends/cpu/simd.h"  // <immintrin.h>, under its GCC 12 warning pragma
 #include "kiln/core/threads.h"
@@ -159,11 +163,36 @@ void pack_b_panels(const uint16_t* b, int64_t ldb, bool trans, int64_t kc, int64
   pack_b(b, ldb, trans, 0, kc, 0, nc, out);
 }
 
+namespace {
+// -1 until decided: then a Bf16GemmArithmetic.
+std::atomic<int> g_arithmetic{-1};
+}  // namespace
+
+Bf16GemmArithmetic bf16_gemm_arithmetic() {
+  int a = g_arithmetic.load(std::memory_order_relaxed);
+  if (a < 0) {
+    const char* env = std::getenv("KILN_BF16_GEMM");
+    const std::string choice = env ? env : "";
+    KILN_CHECK(choice.empty() || choice == "fma" || choice == "dpbf16",
+               "KILN_BF16_GEMM=", choice, ": expected fma or dpbf16");
+    const bool fma = choice.empty() ? f32_fma_outruns_dpbf16() : choice == "fma";
+    a = int(fma ? Bf16GemmArithmetic::kF32Fma : Bf16GemmArithmetic::kDpbf16);
+    g_arithmetic.store(a, std::memory_order_relaxed);
+  }
+  return Bf16GemmArithmetic(a);
+}
+
+void set_bf16_gemm_arithmetic(Bf16GemmArithmetic a) {
+  g_arithmetic.store(int(a), std::memory_order_relaxed);
+}
+
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 
 namespace {
 
-constexpr int kMR = 6;       // rows of the register tile (6 x 4 accumulators, 4 B registers)
+constexpr int kMR = 6;      // rows of the vdpbf16ps tile (6 x 4 accumulators, 4 B registers)
+constexpr int kFmaMR = 12;  // rows of the FMA tile (12 x 2 accumulators per 32-column half)
+constexpr int kMaxMR = kFmaMR;
 constexpr int64_t kNR = 64;  // columns of the register tile: 4 registers of 16 floats
 static_assert(kNR == kBlockN, "a register tile is one packed B panel wide");
 // Block sizes, tuned with bench/bench_gemm.cpp on the lm_head shapes (Zen 5: 48 KiB L1, 1 MiB L2
@@ -178,7 +207,7 @@ constexpr int64_t kMinRowsForPackedTransB = 128;
 constexpr int64_t kStreamBytes = int64_t(64) << 20;  // bf16 C above this is stored non-temporally
 
 // Scratch slots of thread_scratch (0-2: linear and gemm, 3-8: attention).
-constexpr int kScratchB = 9, kScratchA = 10;
+constexpr int kScratchB = 9, kScratchA = 10, kScratchWideA = 14;
 
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
@@ -251,10 +280,10 @@ struct TileOut {
   const float* gate = nullptr;
 };
 
-template <int R>
-inline void store_tile(const __m512 (&acc)[R][4], const TileOut& o) {
+template <int R, int J = 4>
+inline void store_tile(const __m512 (&acc)[R][J], const TileOut& o) {
   const __m512 vbeta = _mm512_set1_ps(o.beta);
-  for (int j = 0; j < 4 && 16 * j < o.cols; ++j) {
+  for (int j = 0; j < J && 16 * j < o.cols; ++j) {
     const int64_t left = o.cols - 16 * j;
     const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
     for (int r = 0; r < R; ++r) {
@@ -282,33 +311,56 @@ inline void store_tile(const __m512 (&acc)[R][4], const TileOut& o) {
   }
 }
 
-// The register tile: R rows of A (k pair p of row r at a + r * a_rs + p * a_ps, in bf16 units)
-// times one packed 64-column B panel, over `pairs` k pairs, stored into C.
+// Where a register tile's rows of A are: row r's k pair p at base + (r * rs + p * ps) elements,
+// which are the bf16 pair words themselves for the vdpbf16ps tiles and f32 values (two per pair,
+// ps = 2) for the FMA tiles.
+struct TileA {
+  const char* base;
+  int64_t rs, ps, elt;
+  TileA rows_from(int64_t r) const { return {base + r * rs * elt, rs, ps, elt}; }
+};
+
+// The f32 tile read at the end (C or the residual): start fetching it now, so a short K (a weight
+// gradient over 128 tokens) does not wait for memory once per tile.
+inline void prefetch_tile_out(int rows, const TileOut& out) {
+  if (out.mode != Store::kAdd && out.mode != Store::kScaleAdd && !out.res) return;
+  const float* f = out.res ? out.res : static_cast<const float*>(out.c);
+  for (int r = 0; r < rows; ++r)
+    for (int64_t col = 0; col < out.cols; col += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(f + r * out.ldc + col), _MM_HINT_T0);
+}
+
+// The lines of TileOut::prefetch, spread over a tile's `pairs` k pairs: step() once per pair.
+struct PanelPrefetch {
+  const char* next;
+  int64_t left, every, countdown = 1;
+  PanelPrefetch(const TileOut& out, int64_t pairs)
+      : next(out.prefetch),
+        left(out.prefetch_lines),
+        every(left > 0 ? std::max<int64_t>(1, pairs / left) : 0) {}
+  void step() {
+    if (left > 0 && --countdown == 0) {
+      _mm_prefetch(next, _MM_HINT_T1);
+      next += 64;
+      --left;
+      countdown = every;
+    }
+  }
+};
+
+// The register tile: R rows of A (bf16 pair words) times one packed 64-column B panel, over
+// `pairs` k pairs on vdpbf16ps, stored into C.
 template <int R>
-void micro_tile(int64_t pairs, const uint16_t* a, int64_t a_rs, int64_t a_ps, const uint16_t* bp,
-                const TileOut& out) {
+void micro_tile(int64_t pairs, TileA ta, const uint16_t* bp, const TileOut& out) {
+  const auto* a = reinterpret_cast<const uint16_t*>(ta.base);
+  const int64_t a_rs = ta.rs, a_ps = ta.ps;
   __m512 acc[R][4];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-  if (out.mode == Store::kAdd || out.mode == Store::kScaleAdd || out.res) {
-    // The f32 tile read at the end (C or the residual): start fetching it now, so a short K (a
-    // weight gradient over 128 tokens) does not wait for memory once per tile.
-    const float* f = out.res ? out.res : static_cast<const float*>(out.c);
-    for (int r = 0; r < R; ++r)
-      for (int64_t col = 0; col < out.cols; col += 16)
-        _mm_prefetch(reinterpret_cast<const char*>(f + r * out.ldc + col), _MM_HINT_T0);
-  }
-  const char* pf = out.prefetch;
-  int64_t pf_left = out.prefetch_lines;
-  const int64_t pf_every = pf_left > 0 ? std::max<int64_t>(1, pairs / pf_left) : 0;
-  int64_t pf_countdown = 1;
+  prefetch_tile_out(R, out);
+  PanelPrefetch pf(out, pairs);
   for (int64_t p = 0; p < pairs; ++p, a += a_ps, bp += 2 * kNR) {
-    if (pf_left > 0 && --pf_countdown == 0) {
-      _mm_prefetch(pf, _MM_HINT_T1);
-      pf += 64;
-      --pf_left;
-      pf_countdown = pf_every;
-    }
+    pf.step();
     const __m512bh b0 = as_bh(_mm512_load_si512(bp)), b1 = as_bh(_mm512_load_si512(bp + 32));
     const __m512bh b2 = as_bh(_mm512_load_si512(bp + 64)), b3 = as_bh(_mm512_load_si512(bp + 96));
     for (int r = 0; r < R; ++r) {
@@ -322,10 +374,87 @@ void micro_tile(int64_t pairs, const uint16_t* a, int64_t a_rs, int64_t a_ps, co
   store_tile<R>(acc, out);
 }
 
-using TileFn = void (*)(int64_t, const uint16_t*, int64_t, int64_t, const uint16_t*,
-                        const TileOut&);
-constexpr TileFn kTiles[kMR + 1] = {nullptr,       micro_tile<1>, micro_tile<2>, micro_tile<3>,
-                                    micro_tile<4>, micro_tile<5>, micro_tile<6>};
+// One 32-column half (b: its first line) of micro_tile_fma, stored through `half`.
+template <int R, bool kPrefetch>
+inline __attribute__((always_inline)) void fma_half(int64_t pairs, const float* a, int64_t a_rs,
+                                                    int64_t a_ps, const uint16_t* b,
+                                                    PanelPrefetch& pf, const TileOut& half) {
+  const __m512i hi_half = _mm512_set1_epi32(int(0xFFFF0000u));
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p, a += a_ps, b += 2 * kNR) {
+    if constexpr (kPrefetch) pf.step();
+    __m512 even[2], odd[2];
+    for (int j = 0; j < 2; ++j) {
+      const __m512i w = _mm512_load_si512(b + 32 * j);
+      even[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+      odd[j] = _mm512_castsi512_ps(_mm512_and_si512(w, hi_half));
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 ae = _mm512_set1_ps(a[r * a_rs]), ao = _mm512_set1_ps(a[r * a_rs + 1]);
+      for (int j = 0; j < 2; ++j) {
+        acc[r][j] = _mm512_fmadd_ps(ae, even[j], acc[r][j]);
+        acc[r][j] = _mm512_fmadd_ps(ao, odd[j], acc[r][j]);
+      }
+    }
+  }
+  store_tile<R, 2>(acc, half);
+}
+
+// The same tile on f32 FMAs, for CPUs that issue them faster than vdpbf16ps (f32_fma_outruns_dpbf16:
+// twice as fast on Intel's Sapphire and Emerald Rapids). A arrives widened to f32 (widen_a); each B
+// line, 16 columns x one k pair, widens in registers (a bf16 is the top half of an f32: the even k
+// shifted up, the odd k masked). The products are exact in f32 either way; the sums round per FMA.
+// The panel runs as two 32-column halves of up to 12 rows, so that 24 accumulators, 4 widened B
+// vectors and a row's two broadcast A values fit the 32 registers, and each B line serves 12 rows.
+template <int R>
+void micro_tile_fma(int64_t pairs, TileA ta, const uint16_t* bp, const TileOut& out) {
+  const auto* a = reinterpret_cast<const float*>(ta.base);
+  prefetch_tile_out(R, out);
+  PanelPrefetch pf(out, pairs);  // all in the first half
+  fma_half<R, true>(pairs, a, ta.rs, ta.ps, bp, pf, out);
+  if (out.cols <= 32) return;
+  const int64_t elt = out.mode == Store::kSetBf16 || out.mode == Store::kStreamBf16 ? 2 : 4;
+  TileOut half = out;
+  half.c = static_cast<char*>(out.c) + 32 * elt;
+  half.cols = out.cols - 32;
+  if (half.res) half.res += 32;
+  if (half.gate) half.gate += 32;
+  fma_half<R, false>(pairs, a, ta.rs, ta.ps, bp + 64, pf, half);
+}
+
+using TileFn = void (*)(int64_t, TileA, const uint16_t*, const TileOut&);
+constexpr TileFn kDpbf16Tiles[kMR + 1] = {nullptr,       micro_tile<1>, micro_tile<2>,
+                                          micro_tile<3>, micro_tile<4>, micro_tile<5>,
+                                          micro_tile<6>};
+constexpr TileFn kFmaTiles[kFmaMR + 1] = {
+    nullptr,            micro_tile_fma<1>,  micro_tile_fma<2>, micro_tile_fma<3>,
+    micro_tile_fma<4>,  micro_tile_fma<5>,  micro_tile_fma<6>, micro_tile_fma<7>,
+    micro_tile_fma<8>,  micro_tile_fma<9>,  micro_tile_fma<10>, micro_tile_fma<11>,
+    micro_tile_fma<12>};
+
+// A's rows [0, mc) x k pairs [0, pairs) (bf16 pair words, row r's pair p at a + r * rs + p * ps)
+// widened to f32 at out + r * 2 * pairs + 2 * p (+1 for the odd k): what the FMA tiles read. Once
+// per block of rows, shared by all of its panels.
+void widen_a(const uint16_t* a, int64_t rs, int64_t ps, int64_t mc, int64_t pairs, float* out) {
+  for (int64_t r = 0; r < mc; ++r) {
+    const uint16_t* src = a + r * rs;
+    float* dst = out + r * 2 * pairs;
+    int64_t p = 0;
+    if (ps == 2) {  // a row's pairs are contiguous: 16 values per instruction
+      for (; p + 8 <= pairs; p += 8) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * p));
+        _mm512_storeu_ps(dst + 2 * p,
+                         _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)));
+      }
+    }
+    for (; p < pairs; ++p) {
+      const uint32_t lo = uint32_t(src[p * ps]) << 16, hi = uint32_t(src[p * ps + 1]) << 16;
+      std::memcpy(dst + 2 * p, &lo, 4);
+      std::memcpy(dst + 2 * p + 1, &hi, 4);
+    }
+  }
+}
 
 struct Problem {
   const uint16_t* a;
@@ -351,6 +480,10 @@ struct Problem {
   // panels into an f32 tile on the stack, which qkv->apply takes row by row; c is unused. K is
   // one block.
   const QkvEpilogue* qkv = nullptr;
+  // The register tiles (kDpbf16Tiles or kFmaTiles, whose A is widened to f32 first).
+  const TileFn* tiles = kDpbf16Tiles;
+  int mr = kMR;  // the tiles' rows
+  bool wide_a = false;
 };
 
 // Untransposed A with even K: a row's k pairs are 32-bit words in place, no packing needed.
@@ -360,23 +493,22 @@ bool reads_a_in_place(const Problem& P) { return !P.trans_a && P.K % 2 == 0; }
 // tile, the head's panels into a [rows][d] f32 tile, then each row through qkv->apply.
 // Prefetching as gemm_part's tiles do (next_panel: the next head's first panel, or null).
 constexpr int64_t kMaxHeadPanels = 4;  // head_dim <= 256
-void qkv_tiles(const Problem& P, int64_t ic, int64_t mc, int64_t col, const uint16_t* a_block,
-               PackedA layout, const uint16_t* bpanel, int64_t pairs, const char* next_panel,
+void qkv_tiles(const Problem& P, int64_t ic, int64_t mc, int64_t col, TileA a_block,
+               const uint16_t* bpanel, int64_t pairs, const char* next_panel,
                int64_t panel_lines, int64_t slice) {
   const int64_t d = P.qkv->d, head = col / d;
-  alignas(64) float tile[kMR * kMaxHeadPanels * kNR];
-  for (int64_t ir = 0; ir < mc; ir += kMR) {
-    const int64_t rows = std::min<int64_t>(kMR, mc - ir);
-    const uint16_t* a_tile = a_block + ir * layout.row_stride;
+  alignas(64) float tile[kMaxMR * kMaxHeadPanels * kNR];
+  for (int64_t ir = 0; ir < mc; ir += P.mr) {
+    const int64_t rows = std::min<int64_t>(P.mr, mc - ir);
+    const TileA a_tile = a_block.rows_from(ir);
     for (int64_t part = 0; part < d / kNR; ++part) {
       TileOut out{tile + part * kNR, nullptr, d, kNR, Store::kSet, 0.f};
       if (next_panel) {  // each panel fetches its share of the same panel of the next head
-        const int64_t first = (ir / kMR) * slice;
+        const int64_t first = (ir / P.mr) * slice;
         out.prefetch = next_panel + (part * P.b_panel_stride * 2) + first * 64;
         out.prefetch_lines = std::clamp<int64_t>(panel_lines - first, 0, slice);
       }
-      kTiles[rows](pairs, a_tile, layout.row_stride, layout.pair_stride,
-                   bpanel + part * P.b_panel_stride, out);
+      P.tiles[rows](pairs, a_tile, bpanel + part * P.b_panel_stride, out);
     }
     for (int64_t r = 0; r < rows; ++r) P.qkv->apply(ic + ir + r, head, tile + r * d);
   }
@@ -398,6 +530,9 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   auto* ap = in_place ? nullptr
                       : static_cast<uint16_t*>(thread_scratch(
                             kScratchA, size_t(pairs_max * std::min(kMC, m1 - m0) * 4)));
+  auto* wide_a = P.wide_a ? static_cast<float*>(thread_scratch(
+                                kScratchWideA, size_t(pairs_max * std::min(kMC, m1 - m0) * 8)))
+                          : nullptr;
   for (int64_t jc = n0; jc < n1; jc += kNC) {
     const int64_t nc = std::min(kNC, n1 - jc);
     for (int64_t pc = 0; pc < P.K; pc += kc_max) {
@@ -420,6 +555,12 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
           a_block = P.a + ic * P.lda + pc;
         else
           layout = pack_a(P.a, P.lda, P.trans_a, ic, mc, pc, kc, ap, il);
+        TileA a_tiles{reinterpret_cast<const char*>(a_block), layout.row_stride,
+                      layout.pair_stride, 2};
+        if (wide_a) {
+          widen_a(a_block, layout.row_stride, layout.pair_stride, mc, pairs, wide_a);
+          a_tiles = {reinterpret_cast<const char*>(wide_a), 2 * pairs, 2, 4};
+        }
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const uint16_t* bpanel =
               P.b_packed ? P.b_packed + ((jc + jr) / kNR) * P.b_panel_stride + pc * kNR
@@ -432,22 +573,21 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
           // level (later row blocks find the panels in L3).
           const char* next_panel = nullptr;
           const int64_t panel_lines = pairs * 2 * kNR * 2 / 64;
-          const int64_t tile_count = (mc + kMR - 1) / kMR;
+          const int64_t tile_count = (mc + P.mr - 1) / P.mr;
           const int64_t slice = (panel_lines + tile_count - 1) / tile_count;
           const int64_t step = P.qkv ? P.qkv->d : kNR;  // columns per step: a qkv head
           if (P.b_packed && ic == m0 && jr + step < nc)
             next_panel = reinterpret_cast<const char*>(bpanel + (step / kNR) * P.b_panel_stride);
           // SwiGLU: the up panel's offset from the gate panel, and the gate tile's f32 values.
           const int64_t up_offset = P.swiglu ? (P.N / kNR) * P.b_panel_stride : 0;
-          alignas(64) float gate_tile[kMR * kNR];
+          alignas(64) float gate_tile[kMaxMR * kNR];
           if (P.qkv) {
-            qkv_tiles(P, ic, mc, jc + jr, a_block, layout, bpanel, pairs, next_panel, panel_lines,
-                      slice);
+            qkv_tiles(P, ic, mc, jc + jr, a_tiles, bpanel, pairs, next_panel, panel_lines, slice);
             jr += step - kNR;  // the head's other panels are done too
             continue;
           }
-          for (int64_t ir = 0; ir < mc; ir += kMR) {
-            const int64_t rows = std::min<int64_t>(kMR, mc - ir);
+          for (int64_t ir = 0; ir < mc; ir += P.mr) {
+            const int64_t rows = std::min<int64_t>(P.mr, mc - ir);
             const int64_t at = (ic + ir) * P.N + jc + jr;
             TileOut out{static_cast<char*>(P.c) + at * elt,
                         pc == 0 && P.res && !res_in_place ? P.res + at : nullptr,
@@ -456,20 +596,19 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
                         mode,
                         P.beta};
             if (next_panel) {
-              const int64_t first = (ir / kMR) * slice;
+              const int64_t first = (ir / P.mr) * slice;
               out.prefetch = next_panel + first * 64;
               out.prefetch_lines = std::clamp<int64_t>(panel_lines - first, 0, slice);
             }
-            const uint16_t* a_tile = a_block + ir * layout.row_stride;
+            const TileA a_tile = a_tiles.rows_from(ir);
             if (P.swiglu) {
               TileOut gate_out{gate_tile, nullptr, kNR, kNR, Store::kSet, 0.f, out.prefetch,
                                out.prefetch_lines};
-              kTiles[rows](pairs, a_tile, layout.row_stride, layout.pair_stride, bpanel, gate_out);
+              P.tiles[rows](pairs, a_tile, bpanel, gate_out);
               out.gate = gate_tile;
               if (out.prefetch) out.prefetch += up_offset * 2;  // the next up panel (bytes)
             }
-            kTiles[rows](pairs, a_tile, layout.row_stride, layout.pair_stride,
-                         bpanel + up_offset, out);
+            P.tiles[rows](pairs, a_tile, bpanel + up_offset, out);
           }
         }
       }
@@ -485,16 +624,21 @@ namespace {
 // Runs P on all threads: C's columns are split when A is read in place (each thread packs only its
 // own B columns), its rows when A is packed (each thread packs only its own A rows); a side too
 // narrow to split is not.
-void run(const Problem& P) {
+void run(Problem P) {
+  if (bf16_gemm_arithmetic() == Bf16GemmArithmetic::kF32Fma) {
+    P.tiles = kFmaTiles;
+    P.mr = kFmaMR;
+    P.wide_a = true;
+  }
   const int threads = num_threads();
   if (threads <= 1 || P.M * P.N * P.K < (int64_t(1) << 21)) {
     gemm_part(P, 0, P.M, 0, P.N);
     return;
   }
-  bool split_n = reads_a_in_place(P) ? P.N >= threads * kNR : P.M < threads * kMR;
+  bool split_n = reads_a_in_place(P) ? P.N >= threads * kNR : P.M < threads * P.mr;
   if (split_n && P.N < threads * kNR) split_n = false;
   const int64_t extent = split_n ? P.N : P.M;
-  const int64_t step = split_n ? (P.qkv ? P.qkv->d : kNR) : kMR;  // qkv: whole heads
+  const int64_t step = split_n ? (P.qkv ? P.qkv->d : kNR) : P.mr;  // qkv: whole heads
   const int64_t chunk = round_up((extent + threads - 1) / threads, step);
   parallel_for(threads, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

@@ -156,9 +156,14 @@ double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scal
 constexpr size_t kMinBandwidthBytes = size_t(256) << 20;
 double measure_memory_bandwidth(size_t bytes = kMinBandwidthBytes);
 double measure_gemm_peak(DType dtype);
-// The machine's arithmetic peak in FLOP/s for `dtype` GEMMs on all threads: vdpbf16ps where the CPU
-// has AVX512_BF16 (bf16), else f32 FMAs at its widest vector (a bf16 GEMM without AVX512_BF16
-// widens to f32). Register-only loops, ~0.1 s. 0 where neither AVX2 + FMA nor AVX-512 exists.
+// The machine's arithmetic peak in FLOP/s for `dtype` GEMMs on all threads: f32 FMAs at the widest
+// vector, and for bf16 on a CPU with AVX512_BF16 the faster of vdpbf16ps and those FMAs (a bf16
+// GEMM runs on whichever is faster; without AVX512_BF16 it widens to f32). Register-only loops,
+// ~0.1 s. 0 where neither AVX2 + FMA nor AVX-512 exists.
 double measure_arithmetic_peak(DType dtype);
+// Whether this CPU runs f32 FMAs (512-bit) faster in FLOP/s than vdpbf16ps: Intel's Sapphire and
+// Emerald Rapids issue vdpbf16ps at half the f32 FMA rate, AMD's Zen 4 and 5 at twice it. False
+// without AVX512_BF16. A ~1 ms measurement on the calling thread.
+bool f32_fma_outruns_dpbf16();
 
 }  // namespace kiln::cpu

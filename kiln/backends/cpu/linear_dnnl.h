@@ -102,6 +102,15 @@ void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int
 // bf16 c with beta != 0 or K > 4096): the caller then uses oneDNN. See gemm_bf16.cpp.
 bool gemm_bf16(const uint16_t* a, bool trans_a, const uint16_t* b, bool trans_b, int64_t M,
                int64_t N, int64_t K, float beta, void* c, bool c_bf16);
+// What kiln's bf16 GEMM (gemm_bf16, gemm_bf16_packed*) multiplies with: vdpbf16ps on the bf16
+// pairs, or both sides widened to f32 and f32 FMAs. By default whichever this CPU runs faster
+// (f32_fma_outruns_dpbf16, decided at the first call); KILN_BF16_GEMM=dpbf16|fma chooses, and tests
+// set it to run both. The two round the sums differently (f32 either way): results agree within
+// f32 accumulation error, not bit for bit.
+enum class Bf16GemmArithmetic { kDpbf16, kF32Fma };
+Bf16GemmArithmetic bf16_gemm_arithmetic();
+void set_bf16_gemm_arithmetic(Bf16GemmArithmetic a);
+
 // KILN_GEMM_ONEDNN=1 in the environment sends every GEMM (training and prefill) to oneDNN instead of
 // gemm_bf16: the comparison in bench/bench_gemm.cpp and docs/notes/cpu-gemm.md.
 bool gemm_onednn_only();

@@ -92,18 +92,59 @@ __attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(int64_t iters)
 }
 #endif
 
+// The best of `reps` runs of chains(iters) on each of `threads` threads, in FLOP/s.
+double chains_rate(float (*chains)(int64_t), double flops_per_iter, int64_t iters, int threads,
+                   int reps) {
+  volatile float sink = 0;
+  double best = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    std::vector<float> out(size_t(threads), 0.f);
+    const double t0 = now_s();
+    if (threads == 1) {
+      out[0] = chains(iters);
+    } else {
+      parallel_for(threads, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) out[size_t(t)] = chains(iters);
+      });
+    }
+    const double t = now_s() - t0;
+    for (float v : out) sink = sink + v;
+    best = std::max(best, double(threads) * double(iters) * flops_per_iter / t);
+  }
+  return best;
+}
+
 }  // namespace
+
+bool f32_fma_outruns_dpbf16() {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512f")) return false;
+  // ~0.3 ms each on one thread. The two differ by 2x or more on every CPU seen (Zen 4/5: vdpbf16ps
+  // twice the f32 FMA rate; Intel Sapphire/Emerald Rapids: half of it), far beyond this noise.
+  constexpr int64_t kIters = 1 << 15;
+  const double dp = chains_rate(dpbf16_chains, kChains * 16 * 4, kIters, 1, 3);
+  const double fma = chains_rate(fma_chains_avx512, kChains * 16 * 2, kIters, 1, 3);
+  return fma > dp;
+#else
+  return false;
+#endif
+}
 
 double measure_arithmetic_peak(DType dtype) {
   KILN_CHECK(dtype == DType::bf16 || dtype == DType::f32, "measure_arithmetic_peak: dtype ",
              dtype_name(dtype), " must be f32 or bf16");
 #if defined(__x86_64__)
+  constexpr int64_t kIters = 4 << 20;  // ~50M instructions per thread: 10-30 ms
+  const int threads = num_threads();
+  if (dtype == DType::bf16 && __builtin_cpu_supports("avx512bf16")) {
+    // A bf16 GEMM runs on whichever of the two this CPU issues faster (gemm_bf16.cpp): the peak
+    // is the faster one's.
+    return std::max(chains_rate(dpbf16_chains, kChains * 16 * 4, kIters, threads, 10),
+                    chains_rate(fma_chains_avx512, kChains * 16 * 2, kIters, threads, 10));
+  }
   float (*chains)(int64_t) = nullptr;
   double flops_per_iter = 0;
-  if (dtype == DType::bf16 && __builtin_cpu_supports("avx512bf16")) {
-    chains = dpbf16_chains;
-    flops_per_iter = kChains * 16 * 4;
-  } else if (__builtin_cpu_supports("avx512f")) {
+  if (__builtin_cpu_supports("avx512f")) {
     chains = fma_chains_avx512;
     flops_per_iter = kChains * 16 * 2;
   } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -112,21 +153,7 @@ double measure_arithmetic_peak(DType dtype) {
   } else {
     return 0;
   }
-  constexpr int64_t kIters = 4 << 20;  // ~50M instructions per thread: 10-30 ms
-  const int threads = num_threads();
-  volatile float sink = 0;
-  double best = 0;
-  for (int rep = 0; rep < 10; ++rep) {
-    std::vector<float> out(size_t(threads), 0.f);
-    const double t0 = now_s();
-    parallel_for(threads, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) out[size_t(t)] = chains(kIters);
-    });
-    const double t = now_s() - t0;
-    for (float v : out) sink = sink + v;
-    best = std::max(best, double(threads) * double(kIters) * flops_per_iter / t);
-  }
-  return best;
+  return chains_rate(chains, flops_per_iter, kIters, threads, 10);
 #else
   (void)dtype;
   return 0;

@@ -374,15 +374,16 @@ void micro_tile(int64_t pairs, TileA ta, const uint16_t* bp, const TileOut& out)
   store_tile<R>(acc, out);
 }
 
-// One 32-column half (b: its first line) of micro_tile_fma, stored through `half`.
+// One 32-column half (b: its first line) of micro_tile_fma, stored through `half`. a: the tile's
+// rows widened by widen_a, pair p of row r at a[p * 2R + 2r] and a[p * 2R + 2r + 1].
 template <int R, bool kPrefetch>
-inline __attribute__((always_inline)) void fma_half(int64_t pairs, const float* a, int64_t a_rs,
-                                                    int64_t a_ps, const uint16_t* b,
-                                                    PanelPrefetch& pf, const TileOut& half) {
+inline __attribute__((always_inline)) void fma_half(int64_t pairs, const float* a,
+                                                    const uint16_t* b, PanelPrefetch& pf,
+                                                    const TileOut& half) {
   const __m512i hi_half = _mm512_set1_epi32(int(0xFFFF0000u));
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < pairs; ++p, a += a_ps, b += 2 * kNR) {
+  for (int64_t p = 0; p < pairs; ++p, a += 2 * R, b += 2 * kNR) {
     if constexpr (kPrefetch) pf.step();
     __m512 even[2], odd[2];
     for (int j = 0; j < 2; ++j) {
@@ -391,7 +392,7 @@ inline __attribute__((always_inline)) void fma_half(int64_t pairs, const float* 
       odd[j] = _mm512_castsi512_ps(_mm512_and_si512(w, hi_half));
     }
     for (int r = 0; r < R; ++r) {
-      const __m512 ae = _mm512_set1_ps(a[r * a_rs]), ao = _mm512_set1_ps(a[r * a_rs + 1]);
+      const __m512 ae = _mm512_set1_ps(a[2 * r]), ao = _mm512_set1_ps(a[2 * r + 1]);
       for (int j = 0; j < 2; ++j) {
         acc[r][j] = _mm512_fmadd_ps(ae, even[j], acc[r][j]);
         acc[r][j] = _mm512_fmadd_ps(ao, odd[j], acc[r][j]);
@@ -402,7 +403,8 @@ inline __attribute__((always_inline)) void fma_half(int64_t pairs, const float* 
 }
 
 // The same tile on f32 FMAs, for CPUs that issue them faster than vdpbf16ps (f32_fma_outruns_dpbf16:
-// twice as fast on Intel's Sapphire and Emerald Rapids). A arrives widened to f32 (widen_a); each B
+// twice as fast on Intel's Sapphire and Emerald Rapids). A arrives widened to f32 and interleaved
+// by widen_a (a tile's R rows of one k pair side by side: one stream, fixed offsets); each B
 // line, 16 columns x one k pair, widens in registers (a bf16 is the top half of an f32: the even k
 // shifted up, the odd k masked). The products are exact in f32 either way; the sums round per FMA.
 // The panel runs as two 32-column halves of up to 12 rows, so that 24 accumulators, 4 widened B
@@ -412,7 +414,7 @@ void micro_tile_fma(int64_t pairs, TileA ta, const uint16_t* bp, const TileOut& 
   const auto* a = reinterpret_cast<const float*>(ta.base);
   prefetch_tile_out(R, out);
   PanelPrefetch pf(out, pairs);  // all in the first half
-  fma_half<R, true>(pairs, a, ta.rs, ta.ps, bp, pf, out);
+  fma_half<R, true>(pairs, a, bp, pf, out);
   if (out.cols <= 32) return;
   const int64_t elt = out.mode == Store::kSetBf16 || out.mode == Store::kStreamBf16 ? 2 : 4;
   TileOut half = out;
@@ -420,7 +422,7 @@ void micro_tile_fma(int64_t pairs, TileA ta, const uint16_t* bp, const TileOut& 
   half.cols = out.cols - 32;
   if (half.res) half.res += 32;
   if (half.gate) half.gate += 32;
-  fma_half<R, false>(pairs, a, ta.rs, ta.ps, bp + 64, pf, half);
+  fma_half<R, false>(pairs, a, bp + 64, pf, half);
 }
 
 using TileFn = void (*)(int64_t, TileA, const uint16_t*, const TileOut&);
@@ -434,24 +436,31 @@ constexpr TileFn kFmaTiles[kFmaMR + 1] = {
     micro_tile_fma<12>};
 
 // A's rows [0, mc) x k pairs [0, pairs) (bf16 pair words, row r's pair p at a + r * rs + p * ps)
-// widened to f32 at out + r * 2 * pairs + 2 * p (+1 for the odd k): what the FMA tiles read. Once
+// widened to f32 for the FMA tiles: per tile of kFmaMR rows (R in the last, ragged one), starting
+// at out + t0 * 2 * pairs, pair p of the tile's row r at [p * 2R + 2r] (+1 for the odd k). Once
 // per block of rows, shared by all of its panels.
 void widen_a(const uint16_t* a, int64_t rs, int64_t ps, int64_t mc, int64_t pairs, float* out) {
-  for (int64_t r = 0; r < mc; ++r) {
-    const uint16_t* src = a + r * rs;
-    float* dst = out + r * 2 * pairs;
-    int64_t p = 0;
-    if (ps == 2) {  // a row's pairs are contiguous: 16 values per instruction
-      for (; p + 8 <= pairs; p += 8) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * p));
-        _mm512_storeu_ps(dst + 2 * p,
-                         _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)));
+  for (int64_t t0 = 0; t0 < mc; t0 += kFmaMR) {
+    const int64_t R = std::min<int64_t>(kFmaMR, mc - t0);
+    float* tile = out + t0 * 2 * pairs;
+    // A pair's two f32 are one 64-bit element: 8 pairs of a row go out with one scatter.
+    const __m512i stride = _mm512_mullo_epi64(_mm512_set1_epi64(R),
+                                              _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+    for (int64_t r = 0; r < R; ++r) {
+      const uint16_t* src = a + (t0 + r) * rs;
+      int64_t p = 0;
+      if (ps == 2) {  // a row's pairs are contiguous: 8 per step
+        for (; p + 8 <= pairs; p += 8) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * p));
+          const __m512i wide = _mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16);
+          _mm512_i64scatter_epi64(tile + p * 2 * R + 2 * r, stride, wide, 8);
+        }
       }
-    }
-    for (; p < pairs; ++p) {
-      const uint32_t lo = uint32_t(src[p * ps]) << 16, hi = uint32_t(src[p * ps + 1]) << 16;
-      std::memcpy(dst + 2 * p, &lo, 4);
-      std::memcpy(dst + 2 * p + 1, &hi, 4);
+      for (; p < pairs; ++p) {
+        const uint32_t lo = uint32_t(src[p * ps]) << 16, hi = uint32_t(src[p * ps + 1]) << 16;
+        std::memcpy(tile + p * 2 * R + 2 * r, &lo, 4);
+        std::memcpy(tile + p * 2 * R + 2 * r + 1, &hi, 4);
+      }
     }
   }
 }

@@ -12,7 +12,9 @@
 // (transposed: [pairs][rows] words, two rows of the stored matrix interleaved). The micro-kernel
 // keeps a 6 x 64 f32 tile in 24 registers while it walks the k pairs of one A panel and one B
 // panel, then adds it into C once per k block. Each thread owns a range of C's rows or columns
-// (whichever avoids packing the same A twice).
+// (whichever avoids packing the same A twice). On CPUs that run f32 FMAs faster than vdpbf16ps
+// (Intel's Sapphire and Emerald Rapids) a second tile does the same work on FMAs over inputs
+// widened to f32 (micro_tile_fma, below).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -311,9 +313,9 @@ inline void store_tile(const __m512 (&acc)[R][J], const TileOut& o) {
   }
 }
 
-// Where a register tile's rows of A are: row r's k pair p at base + (r * rs + p * ps) elements,
-// which are the bf16 pair words themselves for the vdpbf16ps tiles and f32 values (two per pair,
-// ps = 2) for the FMA tiles.
+// Where a register tile's rows of A are. For the vdpbf16ps tiles, row r's k pair p is the bf16 pair
+// word at base + (r * rs + p * ps) elements; for the FMA tiles, base is the tile's block of f32
+// from widen_a (its own layout; rs = 2 * pairs places each tile's block).
 struct TileA {
   const char* base;
   int64_t rs, ps, elt;
@@ -444,8 +446,7 @@ void widen_a(const uint16_t* a, int64_t rs, int64_t ps, int64_t mc, int64_t pair
     const int64_t R = std::min<int64_t>(kFmaMR, mc - t0);
     float* tile = out + t0 * 2 * pairs;
     // A pair's two f32 are one 64-bit element: 8 pairs of a row go out with one scatter.
-    const __m512i stride = _mm512_mullo_epi64(_mm512_set1_epi64(R),
-                                              _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+    const __m512i stride = _mm512_set_epi64(7 * R, 6 * R, 5 * R, 4 * R, 3 * R, 2 * R, R, 0);
     for (int64_t r = 0; r < R; ++r) {
       const uint16_t* src = a + (t0 + r) * rs;
       int64_t p = 0;
@@ -568,7 +569,7 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
                       layout.pair_stride, 2};
         if (wide_a) {
           widen_a(a_block, layout.row_stride, layout.pair_stride, mc, pairs, wide_a);
-          a_tiles = {reinterpret_cast<const char*>(wide_a), 2 * pairs, 2, 4};
+          a_tiles = {reinterpret_cast<const char*>(wide_a), 2 * pairs, 0, 4};
         }
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const uint16_t* bpanel =

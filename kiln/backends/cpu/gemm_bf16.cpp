@@ -203,6 +203,11 @@ static_assert(kNR == kBlockN, "a register tile is one packed B panel wide");
 // 192 or 384 measured 2-15 % slower; a larger KC means fewer passes over an f32 C.
 constexpr int64_t kKC = 1024;  // k per block
 constexpr int64_t kMC = 96;    // rows of A per block, reused from L2 across the block's B panels
+// The FMA tiles' blocks: at most 128 rows, balanced (M = 128 is one block, not 96 + 32: each
+// weight panel then comes from memory once and serves 11 tiles, where the 32-row block read it a
+// second time for 3; 7-10 % faster at M = 128 on Emerald Rapids). Their widened A is 4 bytes a value:
+// 128 rows x 1024 k is 512 KiB of its 2 MiB L2.
+constexpr int64_t kFmaMaxMC = 128;
 constexpr int64_t kNC = 1024;  // columns of B per packed block
 constexpr int64_t kMaxBf16K = 4096;  // a bf16 C is written once, so its K is one block
 constexpr int64_t kMinRowsForPackedTransB = 128;
@@ -393,12 +398,19 @@ inline __attribute__((always_inline)) void fma_half(int64_t pairs, const float* 
       even[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
       odd[j] = _mm512_castsi512_ps(_mm512_and_si512(w, hi_half));
     }
+    // Each A value feeds two FMAs (one per 16 columns). Broadcast into a register once, it costs
+    // a vbroadcastss per two FMAs, which on Emerald Rapids takes issue slots from them; as the
+    // FMA's own memory operand ({1to16}) it rides in the FMA's uop: 48 FMAs per pair either way,
+    // 5-7 % faster in the model's linears (docs/notes/cpu-gemm.md). GCC merges the two loads of
+    // one value into one register broadcast, so the second column group reads A through a
+    // pointer it cannot see is the same.
+    const float* a2 = a;
+    __asm__("" : "+r"(a2));
     for (int r = 0; r < R; ++r) {
-      const __m512 ae = _mm512_set1_ps(a[2 * r]), ao = _mm512_set1_ps(a[2 * r + 1]);
-      for (int j = 0; j < 2; ++j) {
-        acc[r][j] = _mm512_fmadd_ps(ae, even[j], acc[r][j]);
-        acc[r][j] = _mm512_fmadd_ps(ao, odd[j], acc[r][j]);
-      }
+      acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[2 * r]), even[0], acc[r][0]);
+      acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[2 * r + 1]), odd[0], acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_set1_ps(a2[2 * r]), even[1], acc[r][1]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_set1_ps(a2[2 * r + 1]), odd[1], acc[r][1]);
     }
   }
   store_tile<R, 2>(acc, half);
@@ -496,6 +508,14 @@ struct Problem {
   bool wide_a = false;
 };
 
+// Rows of A per block for `rows` rows: kMC, or for the FMA tiles the fewest blocks of at most
+// kFmaMaxMC rows, balanced and whole tiles where possible.
+int64_t row_block(const Problem& P, int64_t rows) {
+  if (!P.wide_a) return std::min(kMC, rows);
+  const int64_t blocks = (rows + kFmaMaxMC - 1) / kFmaMaxMC;
+  return std::min(kFmaMaxMC, round_up((rows + blocks - 1) / blocks, kFmaMR));
+}
+
 // Untransposed A with even K: a row's k pairs are 32-bit words in place, no packing needed.
 bool reads_a_in_place(const Problem& P) { return !P.trans_a && P.K % 2 == 0; }
 
@@ -531,6 +551,7 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   const int64_t pairs_max = (kc_max + 1) / 2;
   const size_t elt = P.c_bf16 ? 2 : 4;
   const PairInterleave& il = pair_interleave();
+  const int64_t mc_block = row_block(P, m1 - m0);
   auto* bp = P.b_packed
                  ? nullptr
                  : static_cast<uint16_t*>(thread_scratch(
@@ -539,9 +560,9 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   const bool res_in_place = P.res && P.res == P.c;
   auto* ap = in_place ? nullptr
                       : static_cast<uint16_t*>(thread_scratch(
-                            kScratchA, size_t(pairs_max * std::min(kMC, m1 - m0) * 4)));
+                            kScratchA, size_t(pairs_max * mc_block * 4)));
   auto* wide_a = P.wide_a ? static_cast<float*>(thread_scratch(
-                                kScratchWideA, size_t(pairs_max * std::min(kMC, m1 - m0) * 8)))
+                                kScratchWideA, size_t(pairs_max * mc_block * 8)))
                           : nullptr;
   for (int64_t jc = n0; jc < n1; jc += kNC) {
     const int64_t nc = std::min(kNC, n1 - jc);
@@ -556,8 +577,8 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
                                : Store::kScaleAdd;
       }
       if (!P.b_packed) pack_b(P.b, P.ldb, P.trans_b, pc, kc, jc, nc, bp);
-      for (int64_t ic = m0; ic < m1; ic += kMC) {
-        const int64_t mc = std::min(kMC, m1 - ic);
+      for (int64_t ic = m0; ic < m1; ic += mc_block) {
+        const int64_t mc = std::min(mc_block, m1 - ic);
         // Where row r's k pair p is: in place in A, or in the packed block.
         const uint16_t* a_block = ap;
         PackedA layout{P.lda, 2};
@@ -579,14 +600,15 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
           // A linear's packed weights come from memory the first time a panel is used (the
           // first block of rows), and one tile would read the whole panel faster than a core
           // streams: so while this panel's tiles run, each fetches its share of the next panel
-          // into L2. +3-7 % at M = 32-128 (interleaved A/B, docs/notes/cpu-gemm.md); at M = 512
-          // level (later row blocks find the panels in L3).
+          // into L2. +3-7 % at M = 32-128 (interleaved A/B, docs/notes/cpu-gemm.md). Later
+          // blocks of rows find the panels in L3 at best: there it was level at M = 512 on Zen 5
+          // and 3-6 % faster on Emerald Rapids, so every block prefetches.
           const char* next_panel = nullptr;
           const int64_t panel_lines = pairs * 2 * kNR * 2 / 64;
           const int64_t tile_count = (mc + P.mr - 1) / P.mr;
           const int64_t slice = (panel_lines + tile_count - 1) / tile_count;
           const int64_t step = P.qkv ? P.qkv->d : kNR;  // columns per step: a qkv head
-          if (P.b_packed && ic == m0 && jr + step < nc)
+          if (P.b_packed && jr + step < nc)
             next_panel = reinterpret_cast<const char*>(bpanel + (step / kNR) * P.b_panel_stride);
           // SwiGLU: the up panel's offset from the gate panel, and the gate tile's f32 values.
           const int64_t up_offset = P.swiglu ? (P.N / kNR) * P.b_panel_stride : 0;

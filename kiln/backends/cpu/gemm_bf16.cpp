@@ -205,8 +205,8 @@ constexpr int64_t kKC = 1024;  // k per block
 constexpr int64_t kMC = 96;    // rows of A per block, reused from L2 across the block's B panels
 // The FMA tiles' blocks: at most 128 rows, balanced (M = 128 is one block, not 96 + 32: each
 // weight panel then comes from memory once and serves 11 tiles, where the 32-row block read it a
-// second time for 3; 7-10 % faster at M = 128 on Emerald Rapids). Their widened A is 4 bytes a value:
-// 128 rows x 1024 k is 512 KiB of its 2 MiB L2.
+// second time for 3; 7-10 % faster at M = 128 on Emerald Rapids). Their widened A is 4 bytes a
+// value: 128 rows x 1024 k is 512 KiB of its 2 MiB L2.
 constexpr int64_t kFmaMaxMC = 128;
 constexpr int64_t kNC = 1024;  // columns of B per packed block
 constexpr int64_t kMaxBf16K = 4096;  // a bf16 C is written once, so its K is one block
@@ -401,9 +401,9 @@ inline __attribute__((always_inline)) void fma_half(int64_t pairs, const float* 
     // Each A value feeds two FMAs (one per 16 columns). Broadcast into a register once, it costs
     // a vbroadcastss per two FMAs, which on Emerald Rapids takes issue slots from them; as the
     // FMA's own memory operand ({1to16}) it rides in the FMA's uop: 48 FMAs per pair either way,
-    // 5-7 % faster in the model's linears (docs/notes/cpu-gemm.md). GCC merges the two loads of
-    // one value into one register broadcast, so the second column group reads A through a
-    // pointer it cannot see is the same.
+    // 2-8 % faster in the model's linears (docs/benchmarks.md, twenty-third session). GCC
+    // merges two loads of one value into one register broadcast, so the second column group
+    // reads A through a pointer it cannot see is the same.
     const float* a2 = a;
     __asm__("" : "+r"(a2));
     for (int r = 0; r < R; ++r) {

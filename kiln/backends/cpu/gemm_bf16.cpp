@@ -601,8 +601,9 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
           // first block of rows), and one tile would read the whole panel faster than a core
           // streams: so while this panel's tiles run, each fetches its share of the next panel
           // into L2. +3-7 % at M = 32-128 (interleaved A/B, docs/notes/cpu-gemm.md). Later
-          // blocks of rows find the panels in L3 at best: there it was level at M = 512 on Zen 5
-          // and 3-6 % faster on Emerald Rapids, so every block prefetches.
+          // blocks of rows find the panels in L3 at best; prefetching in them too was 3-6 %
+          // faster at M = 512 on Emerald Rapids (on Zen 5, where the first block's prefetch
+          // alone was level at M = 512, this is unmeasured).
           const char* next_panel = nullptr;
           const int64_t panel_lines = pairs * 2 * kNR * 2 / 64;
           const int64_t tile_count = (mc + P.mr - 1) / P.mr;

@@ -513,7 +513,7 @@ struct Problem {
 int64_t row_block(const Problem& P, int64_t rows) {
   if (!P.wide_a) return std::min(kMC, rows);
   const int64_t blocks = (rows + kFmaMaxMC - 1) / kFmaMaxMC;
-  return std::min(kFmaMaxMC, round_up((rows + blocks - 1) / blocks, kFmaMR));
+  return std::min({kFmaMaxMC, rows, round_up((rows + blocks - 1) / blocks, kFmaMR)});
 }
 
 // Untransposed A with even K: a row's k pairs are 32-bit words in place, no packing needed.

@@ -179,11 +179,7 @@ struct DecodeChunk {
 // The query rows of one decode work item, as the score kernels read them.
 struct DecodeQuery {
   int64_t rg = 0;            // rows (T * G <= 8)
-  const float* rows[8] = {};  // f32 q rows
-  bool use_dp = false;       // AVX512_BF16, bf16 cache, D % 32 == 0: vdpbf16ps against q in
-                             // bf16 hi/lo halves
-  const bf16_t* hi[8] = {};
-  const bf16_t* lo[8] = {};
+  const float* rows[8] = {};  // f32 q rows, in the pair layout where pair_layout() says so
 };
 
 constexpr int64_t kRowsMax = 64;  // prefill: rows (query, q head) per work item
@@ -356,36 +352,70 @@ inline void decode_partials(const float* const* qrows, const bf16_t* kp, int64_t
   for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
 }
 
-#ifdef __AVX512BF16__
-// bf16 cache: the K row is used as stored by vdpbf16ps (no widening), against q split into
-// q_hi = bf16(q) and q_lo = bf16(q - q_hi), so q keeps ~16 significant bits (f32-class scores).
+// The pair layout (AVX-512, bf16 cache, D % 32 == 0). 32 bf16 values loaded as one vector are
+// 16 u32 lanes, lane l holding value 2l in its low half and value 2l + 1 in its high half; a shift
+// (even values) and a mask (odd ones) widen them exactly to f32 with no lane shuffle. So q and the
+// p V accumulators are kept with each 32 values as [16 even-indexed | 16 odd-indexed], and a K or V
+// row is used as stored: 1 load and 2 single-cycle ops per 32 values, where widening by vpmovzxwd
+// costs a port-5 shuffle per 16 (and vdpbf16ps, on q split into bf16 hi and lo halves, issues at
+// half the f32 FMA rate on Intel's Sapphire and Emerald Rapids).
+template <typename KT>
+constexpr bool pair_layout(int64_t d) {
+  return std::is_same_v<KT, bf16_t> && d % 32 == 0;
+}
+
+inline __m512 bf16_even_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
+inline __m512 bf16_odd_f32(__m512i w) {
+  return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(int32_t(0xFFFF0000u))));
+}
+
+// x (D = 32n values) into the pair layout, and back (in place).
+void to_pair_layout(const float* x, int64_t d, float* out) {
+  for (int64_t c = 0; c < d; c += 32)
+    for (int64_t l = 0; l < 16; ++l) {
+      out[c + l] = x[c + 2 * l];
+      out[c + 16 + l] = x[c + 2 * l + 1];
+    }
+}
+void from_pair_layout(float* x, int64_t d) {
+  for (int64_t c = 0; c < d; c += 32) {
+    float t[32];
+    std::copy(x + c, x + c + 32, t);
+    for (int64_t l = 0; l < 16; ++l) {
+      x[c + 2 * l] = t[l];
+      x[c + 2 * l + 1] = t[16 + l];
+    }
+  }
+}
+
+// decode_partials for q rows in the pair layout against a bf16 K row.
 template <int RG>
-inline void decode_partials_dp(const bf16_t* const* qhi, const bf16_t* const* qlo,
-                               const bf16_t* kp, int64_t d, __m512* part, int64_t jj) {
+inline void decode_partials_pairs(const float* const* qrows, const bf16_t* kp, int64_t d,
+                                  __m512* part, int64_t jj) {
   __m512 acc[RG][2];
   for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (int64_t i = 0; i < d; i += 32) {
-    const __m512bh kv = (__m512bh)_mm512_loadu_si512(kp + i);
+    const __m512i w = _mm512_loadu_si512(kp + i);
+    const __m512 ke = bf16_even_f32(w), ko = bf16_odd_f32(w);
     for (int r = 0; r < RG; ++r) {
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)_mm512_loadu_si512(qhi[r] + i), kv);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)_mm512_loadu_si512(qlo[r] + i), kv);
+      acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qrows[r] + i), ke, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(qrows[r] + i + 16), ko, acc[r][1]);
     }
   }
   for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
 }
 
-// The same for the 16 slots of a block at once, with D = 32 * ND and q (hi and lo) held in
-// registers across the slots (RG * ND <= 8): no per-slot call, no q reloads. Slots whose bit in
-// `visible` is clear get zero partials.
+// The same for the 16 slots of a block at once, D = 32 * ND, with q held in registers across the
+// slots (RG * ND <= 8): no per-slot call, no q reloads. Slots whose bit in `visible` is clear get
+// zero partials.
 template <int RG, int ND>
-inline void decode_block_partials_dp(const bf16_t* const* qhi, const bf16_t* const* qlo,
-                                     const bf16_t* k0, int64_t slot_stride, uint32_t visible,
-                                     __m512* part) {
-  __m512bh qh[RG][ND], ql[RG][ND];
+inline void decode_block_partials_pairs(const float* const* qrows, const bf16_t* k0,
+                                        int64_t slot_stride, uint32_t visible, __m512* part) {
+  __m512 qe[RG][ND], qo[RG][ND];
   for (int r = 0; r < RG; ++r)
     for (int n = 0; n < ND; ++n) {
-      qh[r][n] = (__m512bh)_mm512_loadu_si512(qhi[r] + 32 * n);
-      ql[r][n] = (__m512bh)_mm512_loadu_si512(qlo[r] + 32 * n);
+      qe[r][n] = _mm512_loadu_ps(qrows[r] + 32 * n);
+      qo[r][n] = _mm512_loadu_ps(qrows[r] + 32 * n + 16);
     }
   for (int jj = 0; jj < 16; ++jj) {
     if (!(visible >> jj & 1u)) {
@@ -396,16 +426,53 @@ inline void decode_block_partials_dp(const bf16_t* const* qhi, const bf16_t* con
     __m512 acc[RG][2];
     for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     for (int n = 0; n < ND; ++n) {
-      const __m512bh kv = (__m512bh)_mm512_loadu_si512(kp + 32 * n);
+      const __m512i w = _mm512_loadu_si512(kp + 32 * n);
+      const __m512 ke = bf16_even_f32(w), ko = bf16_odd_f32(w);
       for (int r = 0; r < RG; ++r) {
-        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qh[r][n], kv);
-        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ql[r][n], kv);
+        acc[r][0] = _mm512_fmadd_ps(qe[r][n], ke, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(qo[r][n], ko, acc[r][1]);
       }
     }
     for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
   }
 }
-#endif
+
+// decode_pv for accumulators in the pair layout and a bf16 V: 32 * NC columns.
+template <int NC, bool kTwo>
+inline void decode_pv_pairs(const bf16_t* vp, int64_t slot_stride, int64_t nb, uint64_t bits,
+                            const float* p0, const float* p1, float alpha0, float alpha1,
+                            float* acc0, float* acc1) {
+  __m512 a0[2 * NC], a1[2 * NC];
+  const __m512 al0 = _mm512_set1_ps(alpha0), al1 = _mm512_set1_ps(alpha1);
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * NC; ++i) {
+    a0[i] = _mm512_mul_ps(_mm512_loadu_ps(acc0 + 16 * i), al0);
+    if (kTwo) a1[i] = _mm512_mul_ps(_mm512_loadu_ps(acc1 + 16 * i), al1);
+  }
+  for (int64_t jj = 0; jj < nb; ++jj) {
+    // Masked slots are skipped, not multiplied by 0: an unused cache slot may hold anything.
+    if (!(bits >> jj & 1u)) continue;
+    const bf16_t* row = vp + jj * slot_stride;
+    const __m512 b0 = _mm512_set1_ps(p0[jj]);
+    const __m512 b1 = kTwo ? _mm512_set1_ps(p1[jj]) : b0;
+#pragma GCC unroll 8
+    for (int n = 0; n < NC; ++n) {
+      const __m512i w = _mm512_loadu_si512(row + 32 * n);
+      const __m512 ve = bf16_even_f32(w), vo = bf16_odd_f32(w);
+      a0[2 * n] = _mm512_fmadd_ps(b0, ve, a0[2 * n]);
+      a0[2 * n + 1] = _mm512_fmadd_ps(b0, vo, a0[2 * n + 1]);
+      if (kTwo) {
+        a1[2 * n] = _mm512_fmadd_ps(b1, ve, a1[2 * n]);
+        a1[2 * n + 1] = _mm512_fmadd_ps(b1, vo, a1[2 * n + 1]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * NC; ++i) {
+    _mm512_storeu_ps(acc0 + 16 * i, a0[i]);
+    if (kTwo) _mm512_storeu_ps(acc1 + 16 * i, a1[i]);
+  }
+}
 
 // Lane i of the result = sum of the lanes of v[i], for 16 vectors (a transposing reduction tree:
 // 45 shuffles/adds instead of 16 separate horizontal sums).
@@ -443,6 +510,27 @@ template <typename KT>
 void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bits, int64_t d,
                       const float* p0,
                       const float* p1, float alpha0, float alpha1, float* acc0, float* acc1) {
+  if constexpr (std::is_same_v<KT, bf16_t>) {
+    if (pair_layout<KT>(d)) {
+      for (int64_t d0 = 0; d0 < d; d0 += 128) {
+        float* c1 = acc1 ? acc1 + d0 : nullptr;
+        switch (std::min<int64_t>(4, (d - d0) / 32) * 2 + (acc1 ? 1 : 0)) {
+#define KILN_PVP_CASE(n)                                                                     \
+  case 2 * n:                                                                                \
+    decode_pv_pairs<n, false>(vp + d0, slot_stride, nb, bits, p0, p0, alpha0, alpha0,        \
+                              acc0 + d0, acc0 + d0);                                         \
+    break;                                                                                   \
+  case 2 * n + 1:                                                                            \
+    decode_pv_pairs<n, true>(vp + d0, slot_stride, nb, bits, p0, p1, alpha0, alpha1,         \
+                             acc0 + d0, c1);                                                 \
+    break;
+          KILN_PVP_CASE(1) KILN_PVP_CASE(2) KILN_PVP_CASE(3) KILN_PVP_CASE(4)
+#undef KILN_PVP_CASE
+        }
+      }
+      return;
+    }
+  }
   for (int64_t d0 = 0; d0 < d; d0 += 128) {
     const int64_t nv = std::min<int64_t>(8, (d - d0) / 16);
     float* c1 = acc1 ? acc1 + d0 : nullptr;
@@ -468,45 +556,45 @@ void score_block(const DecodeQuery& qr, int64_t d, const KT* kb, int64_t slot_st
                  uint32_t bits, float* s) {
   const int64_t rg = qr.rg;
   __m512 part[8 * 16];  // lane partials [row][slot]
-  bool scored = false;
-#ifdef __AVX512BF16__
   if constexpr (std::is_same_v<KT, bf16_t>) {
-    // The common shapes (D = 64 or 128, up to 4 rows per kv head) keep q in registers.
-    scored = qr.use_dp;
-    switch (qr.use_dp ? rg * 100 + d : 0) {
-#define KILN_BLOCK_CASE(r, dd)                                                          \
-  case r * 100 + dd:                                                                    \
-    decode_block_partials_dp<r, dd / 32>(qr.hi, qr.lo, kb, slot_stride, bits, part);    \
+    if (pair_layout<KT>(d)) {
+      // The common shapes (D = 64 or 128, up to 4 rows per kv head) keep q in registers.
+      switch (rg * 1000 + d) {
+#define KILN_BLOCK_CASE(r, dd)                                                        \
+  case r * 1000 + dd:                                                                 \
+    decode_block_partials_pairs<r, dd / 32>(qr.rows, kb, slot_stride, bits, part);    \
     break;
-      KILN_BLOCK_CASE(1, 64) KILN_BLOCK_CASE(2, 64) KILN_BLOCK_CASE(3, 64)
-      KILN_BLOCK_CASE(4, 64) KILN_BLOCK_CASE(1, 128) KILN_BLOCK_CASE(2, 128)
+        KILN_BLOCK_CASE(1, 64) KILN_BLOCK_CASE(2, 64) KILN_BLOCK_CASE(3, 64)
+        KILN_BLOCK_CASE(4, 64) KILN_BLOCK_CASE(1, 128) KILN_BLOCK_CASE(2, 128)
 #undef KILN_BLOCK_CASE
-      default: scored = false;
+        default:
+          for (int64_t jj = 0; jj < 16; ++jj) {
+            if (!(bits >> jj & 1u)) {
+              for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
+              continue;
+            }
+            const bf16_t* kp = kb + jj * slot_stride;
+            switch (rg) {
+#define KILN_PAIRS_CASE(n)                                    \
+  case n:                                                     \
+    decode_partials_pairs<n>(qr.rows, kp, d, part, jj);       \
+    break;
+              KILN_PAIRS_CASE(1) KILN_PAIRS_CASE(2) KILN_PAIRS_CASE(3) KILN_PAIRS_CASE(4)
+              KILN_PAIRS_CASE(5) KILN_PAIRS_CASE(6) KILN_PAIRS_CASE(7) KILN_PAIRS_CASE(8)
+#undef KILN_PAIRS_CASE
+            }
+          }
+      }
+      for (int64_t i = 0; i < rg; ++i) _mm512_store_ps(s + i * kSuperSlots, hsum16(part + i * 16));
+      return;
     }
   }
-#endif
-  for (int64_t jj = 0; jj < 16 && !scored; ++jj) {
+  for (int64_t jj = 0; jj < 16; ++jj) {
     if (!(bits >> jj & 1u)) {
       for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
       continue;
     }
     const KT* kp = kb + jj * slot_stride;
-#ifdef __AVX512BF16__
-    if (qr.use_dp) {
-      if constexpr (std::is_same_v<KT, bf16_t>) {
-        switch (rg) {
-#define KILN_DP_CASE(n) \
-  case n:               \
-    decode_partials_dp<n>(qr.hi, qr.lo, kp, d, part, jj); \
-    break;
-          KILN_DP_CASE(1) KILN_DP_CASE(2) KILN_DP_CASE(3) KILN_DP_CASE(4)
-          KILN_DP_CASE(5) KILN_DP_CASE(6) KILN_DP_CASE(7) KILN_DP_CASE(8)
-#undef KILN_DP_CASE
-        }
-        continue;
-      }
-    }
-#endif
     switch (rg) {
 #define KILN_SC_CASE(n) \
   case n:               \
@@ -774,34 +862,29 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
   const float* qb = q + c.b * rows * a.d;
   auto row_of = [&](int64_t g, int64_t i) { return (i / a.g) * a.hq + g * a.g + i % a.g; };
   thread_local std::vector<DecodeQuery> queries;
-  thread_local std::vector<bf16_t> qsplit_buf;
+  thread_local std::vector<float> qpair_buf;
   if (queries.size() < size_t(a.hkv)) queries.resize(size_t(a.hkv));
-#ifdef __AVX512BF16__
-  const bool use_dp = std::is_same_v<KT, bf16_t> && a.d % 32 == 0;
+#ifdef __AVX512F__
+  const bool pairs = pair_layout<KT>(a.d);  // q and pacc in the pair layout
 #else
-  const bool use_dp = false;
+  const bool pairs = false;
 #endif
-  if (use_dp && qsplit_buf.size() < size_t(a.hkv * rg * 2 * a.d))
-    qsplit_buf.resize(size_t(a.hkv * rg * 2 * a.d));
+  if (pairs && qpair_buf.size() < size_t(a.hkv * rg * a.d)) qpair_buf.resize(size_t(a.hkv * rg * a.d));
   for (int64_t g = 0; g < a.hkv; ++g) {
     DecodeQuery& qr = queries[size_t(g)];
     qr.rg = rg;
-    qr.use_dp = use_dp;
     for (int64_t i = 0; i < rg; ++i) {
       const int64_t r = row_of(g, i);
       qr.rows[i] = qb + r * a.d;
       pm[r] = kNegInf;
       pl[r] = 0.f;
       std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
-      if (!use_dp) continue;
-      bf16_t* hi = qsplit_buf.data() + (g * rg + i) * 2 * a.d;
-      bf16_t* lo = hi + a.d;
-      for (int64_t e = 0; e < a.d; ++e) {
-        hi[e] = f32_to_bf16(qr.rows[i][e]);
-        lo[e] = f32_to_bf16(qr.rows[i][e] - bf16_to_f32(hi[e]));
-      }
-      qr.hi[i] = hi;
-      qr.lo[i] = lo;
+#ifdef __AVX512F__
+      if (!pairs) continue;
+      float* qp = qpair_buf.data() + (g * rg + i) * a.d;
+      to_pair_layout(qr.rows[i], a.d, qp);
+      qr.rows[i] = qp;
+#endif
     }
   }
   alignas(64) float s[8 * kSuperSlots];  // scores, then p, of the superblock: [row][slot]
@@ -867,6 +950,10 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
       }
     }
   }
+#ifdef __AVX512F__
+  if (pairs)
+    for (int64_t r = 0; r < rows; ++r) from_pair_layout(pacc + r * a.d, a.d);
+#endif
   if (!c.whole) return;
   for (int64_t g = 0; g < a.hkv; ++g)
     for (int64_t i = 0; i < rg; ++i) {

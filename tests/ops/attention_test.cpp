@@ -111,6 +111,10 @@ const std::vector<AttnShape>& shapes() {
       // decode shapes whose scores keep q in registers over a block (D = 128 and 64), with holes.
       {"decode_d128", 2, 1, 90, 4, 2, 128, 70, {0, 9}, {3, 40}},
       {"decode_t2_d64", 1, 2, 50, 4, 2, 64, 30, {2}, {11}},
+      // an odd number of rows per kv head (p V's last row alone): one (MHA) and three, at D = 96
+      // (three 32-value pairs) and 64.
+      {"decode_mha_d96", 1, 1, 80, 3, 3, 96, 60, {4}},
+      {"decode_t3_mha_d64", 1, 3, 50, 2, 2, 64, 30, {0}, {7}},
       // prefill: several key and query blocks, padding rows whose queries see nothing.
       {"prefill_gqa", 2, 37, 37, 4, 2, 32, 0, {0, 5}},
       {"prefill_blocks", 1, 70, 150, 2, 1, 16, 3, {9}},

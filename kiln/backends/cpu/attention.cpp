@@ -1149,7 +1149,14 @@ void attention_prefill(const Dims& a, const float* q, const KT* k, const KT* v,
 // attention waiting in OpenMP barriers.)
 #ifdef __AVX512BF16__
 
-constexpr int64_t kGemmQueryBlock = 16;  // queries per block (x G rows per kv head); 8-64 measured
+// Queries per block (x G rows per kv head). On the f32 FMA tiles (12 rows) a block of 12 queries
+// is whole tiles for any G: at G = 2, 24 rows against 16 queries' 12 + 12 + 8, which ran the
+// Emerald Rapids VM's T = 512 prefill attention 1-9 % faster (6 was slower again). On vdpbf16ps
+// (Zen 5) 16 was the best of 8-64 measured.
+constexpr int64_t kGemmQueryBlockMax = 16;
+int64_t gemm_query_block() {
+  return detail::bf16_gemm_arithmetic() == detail::Bf16GemmArithmetic::kF32Fma ? 12 : 16;
+}
 constexpr int64_t kGemmMinT = 32;         // below this the f32 kernel's setup is cheaper
 constexpr int64_t kPanel = detail::kBlockN;  // columns of a packed B panel
 
@@ -1199,7 +1206,8 @@ float masked_softmax_row(const float* s, const int32_t* km, int64_t causal, int6
 void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, const bf16_t* v,
                             const int32_t* mask, const std::vector<VisRange>& vis, Tensor& out) {
   const int64_t H = a.hkv, G = a.g, D = a.d;
-  const int64_t blocks = (a.t + kGemmQueryBlock - 1) / kGemmQueryBlock;
+  const int64_t query_block = gemm_query_block();
+  const int64_t blocks = (a.t + query_block - 1) / query_block;
   for (int64_t b = 0; b < a.b; ++b) {
     const int64_t lo = vis[size_t(b)].lo;
     const int64_t hi = std::max(lo, std::min(vis[size_t(b)].hi, a.slot_offset + a.t));
@@ -1259,9 +1267,9 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
     // each thread's share of heads costs the same and a thief takes the cheapest items.
     parallel_for_stealing(H * blocks, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t item = i0; item < i1; ++item) {
-        const int64_t h = item / blocks, t0 = (blocks - 1 - item % blocks) * kGemmQueryBlock;
+        const int64_t h = item / blocks, t0 = (blocks - 1 - item % blocks) * query_block;
         // Rows i = (t, g) of this kv head.
-        const int64_t tb = std::min(kGemmQueryBlock, a.t - t0), M = tb * G;
+        const int64_t tb = std::min(query_block, a.t - t0), M = tb * G;
         const int64_t lk = std::clamp<int64_t>(a.slot_offset + t0 + tb - lo, 0, lfull);  // keys
         const int64_t lkp = detail::round_up(std::max<int64_t>(lk, 1), 2);
         auto row_of = [&](int64_t i) {  // out offset of row i
@@ -1281,7 +1289,7 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
         bool ran = detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(qs), M, D,
                                             reinterpret_cast<const uint16_t*>(kp + h * k_head),
                                             lk, sc, false, nullptr);
-        float sums[kGemmQueryBlock * kRowsMax];
+        float sums[kGemmQueryBlockMax * kRowsMax];
         for (int64_t i = 0; i < M; ++i) {
           const int64_t causal = std::clamp<int64_t>(a.slot_offset + t0 + i / G - lo + 1, 0, lk);
           sums[i] = masked_softmax_row(sc + i * lk, km_holes, causal, lkp, ps + i * lkp);

@@ -556,45 +556,41 @@ void score_block(const DecodeQuery& qr, int64_t d, const KT* kb, int64_t slot_st
                  uint32_t bits, float* s) {
   const int64_t rg = qr.rg;
   __m512 part[8 * 16];  // lane partials [row][slot]
+  bool scored = false;
   if constexpr (std::is_same_v<KT, bf16_t>) {
-    if (pair_layout<KT>(d)) {
-      // The common shapes (D = 64 or 128, up to 4 rows per kv head) keep q in registers.
-      switch (rg * 1000 + d) {
+    // The common shapes (D = 64 or 128, up to 4 rows per kv head) keep q in registers.
+    switch (pair_layout<KT>(d) ? rg * 1000 + d : 0) {
 #define KILN_BLOCK_CASE(r, dd)                                                        \
   case r * 1000 + dd:                                                                 \
     decode_block_partials_pairs<r, dd / 32>(qr.rows, kb, slot_stride, bits, part);    \
+    scored = true;                                                                    \
     break;
-        KILN_BLOCK_CASE(1, 64) KILN_BLOCK_CASE(2, 64) KILN_BLOCK_CASE(3, 64)
-        KILN_BLOCK_CASE(4, 64) KILN_BLOCK_CASE(1, 128) KILN_BLOCK_CASE(2, 128)
+      KILN_BLOCK_CASE(1, 64) KILN_BLOCK_CASE(2, 64) KILN_BLOCK_CASE(3, 64)
+      KILN_BLOCK_CASE(4, 64) KILN_BLOCK_CASE(1, 128) KILN_BLOCK_CASE(2, 128)
 #undef KILN_BLOCK_CASE
-        default:
-          for (int64_t jj = 0; jj < 16; ++jj) {
-            if (!(bits >> jj & 1u)) {
-              for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
-              continue;
-            }
-            const bf16_t* kp = kb + jj * slot_stride;
-            switch (rg) {
-#define KILN_PAIRS_CASE(n)                                    \
-  case n:                                                     \
-    decode_partials_pairs<n>(qr.rows, kp, d, part, jj);       \
-    break;
-              KILN_PAIRS_CASE(1) KILN_PAIRS_CASE(2) KILN_PAIRS_CASE(3) KILN_PAIRS_CASE(4)
-              KILN_PAIRS_CASE(5) KILN_PAIRS_CASE(6) KILN_PAIRS_CASE(7) KILN_PAIRS_CASE(8)
-#undef KILN_PAIRS_CASE
-            }
-          }
-      }
-      for (int64_t i = 0; i < rg; ++i) _mm512_store_ps(s + i * kSuperSlots, hsum16(part + i * 16));
-      return;
+      default: break;
     }
   }
-  for (int64_t jj = 0; jj < 16; ++jj) {
+  for (int64_t jj = 0; jj < 16 && !scored; ++jj) {
     if (!(bits >> jj & 1u)) {
       for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
       continue;
     }
     const KT* kp = kb + jj * slot_stride;
+    if constexpr (std::is_same_v<KT, bf16_t>) {
+      if (pair_layout<KT>(d)) {
+        switch (rg) {
+#define KILN_PAIRS_CASE(n)                                  \
+  case n:                                                   \
+    decode_partials_pairs<n>(qr.rows, kp, d, part, jj);     \
+    break;
+          KILN_PAIRS_CASE(1) KILN_PAIRS_CASE(2) KILN_PAIRS_CASE(3) KILN_PAIRS_CASE(4)
+          KILN_PAIRS_CASE(5) KILN_PAIRS_CASE(6) KILN_PAIRS_CASE(7) KILN_PAIRS_CASE(8)
+#undef KILN_PAIRS_CASE
+        }
+        continue;
+      }
+    }
     switch (rg) {
 #define KILN_SC_CASE(n) \
   case n:               \

@@ -571,30 +571,24 @@ void score_block(const DecodeQuery& qr, int64_t d, const KT* kb, int64_t slot_st
       default: break;
     }
   }
+  // One slot's partials for RG rows: from the pair layout's q where it applies.
+  const bool pairs = pair_layout<KT>(d);
+  auto slot_partials = [&]<int RG>(const KT* kp, int64_t jj) {
+    if constexpr (std::is_same_v<KT, bf16_t>) {
+      if (pairs) return decode_partials_pairs<RG>(qr.rows, kp, d, part, jj);
+    }
+    decode_partials<RG>(qr.rows, kp, d, part, jj);
+  };
   for (int64_t jj = 0; jj < 16 && !scored; ++jj) {
     if (!(bits >> jj & 1u)) {
       for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
       continue;
     }
     const KT* kp = kb + jj * slot_stride;
-    if constexpr (std::is_same_v<KT, bf16_t>) {
-      if (pair_layout<KT>(d)) {
-        switch (rg) {
-#define KILN_PAIRS_CASE(n)                                  \
-  case n:                                                   \
-    decode_partials_pairs<n>(qr.rows, kp, d, part, jj);     \
-    break;
-          KILN_PAIRS_CASE(1) KILN_PAIRS_CASE(2) KILN_PAIRS_CASE(3) KILN_PAIRS_CASE(4)
-          KILN_PAIRS_CASE(5) KILN_PAIRS_CASE(6) KILN_PAIRS_CASE(7) KILN_PAIRS_CASE(8)
-#undef KILN_PAIRS_CASE
-        }
-        continue;
-      }
-    }
     switch (rg) {
-#define KILN_SC_CASE(n) \
-  case n:               \
-    decode_partials<n>(qr.rows, kp, d, part, jj);  \
+#define KILN_SC_CASE(n)                                 \
+  case n:                                               \
+    slot_partials.template operator()<n>(kp, jj);       \
     break;
       KILN_SC_CASE(1) KILN_SC_CASE(2) KILN_SC_CASE(3) KILN_SC_CASE(4)
       KILN_SC_CASE(5) KILN_SC_CASE(6) KILN_SC_CASE(7) KILN_SC_CASE(8)

@@ -10,6 +10,9 @@
 #   SMALL_DIR  where the random `small` model is made once (default: /tmp/kiln-small)
 # Other processes on the machine skew the numbers: each run prints the load average beside it.
 # Set KILN_BENCH_SKIP_TRAIN=1 to run only the inference part (the 0.6B training runs take minutes).
+# Where Debian's python3-torch is installed (scripts/setup.sh --with-reference), the inference part
+# is followed by the PyTorch peer on the same model and shapes (bench/peers/torch_bench.py, one run,
+# printed as {"peer_run": ...}); KILN_BENCH_SKIP_PEERS=1 skips it.
 set -euo pipefail
 BUILD_DIR=${1:-build}
 MODEL_DIR=${2:-/tmp/kiln-qwen3-0.6b}
@@ -30,6 +33,15 @@ for P in 128 512; do
     echo "{\"run\": $run, \"load_before\": $load, \"result\": $out}"
   done
 done
+
+if [ "${KILN_BENCH_SKIP_PEERS:-0}" != 1 ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  JEMALLOC=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2  # the issue's PyTorch figures used jemalloc
+  [ -f "$JEMALLOC" ] || JEMALLOC=""
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  LD_PRELOAD="$JEMALLOC" "$(dirname "$0")/peers/torch_bench.py" "$MODEL_DIR" --prompt-tokens 128,512 \
+      --new-tokens 64 --repeats 3 --dtype bf16 --threads "$(nproc)" --json |
+    while read -r row; do echo "{\"peer_run\": 1, \"load_before\": $load, \"result\": $row}"; done
+fi
 
 [ "${KILN_BENCH_SKIP_TRAIN:-0}" = 1 ] && exit 0
 if [ ! -f "$SMALL_DIR/model.safetensors" ]; then

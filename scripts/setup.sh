@@ -3,13 +3,25 @@
 # a generation on the default model. Idempotent: run it again at any time.
 #   bash scripts/setup.sh            install + build + run the main job
 #   bash scripts/setup.sh --no-run   install + build only (CI)
+#   --with-reference                 also Debian's python3-torch: the tests' reference oracle
+#                                    (tests/oracle, skipped without it) and the benchmarks' peer
 set -euo pipefail
+RUN=1
+REFERENCE=0
+for arg in "$@"; do
+  case "$arg" in
+    --no-run) RUN=0 ;;
+    --with-reference) REFERENCE=1 ;;
+    *) echo "setup.sh: unknown argument '$arg' (known: --no-run, --with-reference)" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 SHARED=${KILN_SHARED_DIR:-$ROOT/../shared}
 
 PACKAGES=(build-essential cmake ninja-build pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libbenchmark-dev libicu-dev clang libclang-rt-14-dev libomp-14-dev)
+[ "$REFERENCE" = 1 ] && PACKAGES+=(python3-torch python3-numpy)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,7 +37,7 @@ echo "== building (Release) in build/"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_SHARED_DIR="$SHARED" >/dev/null
 ninja -C build -j"$(nproc)"
 
-[ "${1:-}" = "--no-run" ] && exit 0
+[ "$RUN" = 0 ] && exit 0
 
 # The main job: generate from the default model.
 MODEL=${KILN_DEMO_MODEL:-}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One ctest per model family: a small random checkpoint written by the PyTorch reference
 # (torch_causal_lm.py, independent of kiln's own create-model), then kiln against it in f32
-# (log-probabilities within 1e-4, greedy ids equal) and in bf16 (mean deviation under 3e-2).
+# (log-probabilities within 1e-4, greedy ids equal, alone and in a left-padded batch) and in bf16
+# (mean deviation under 3e-2).
 # Exits 77, which ctest reports as skipped, where Debian's python3-torch is not installed.
 #   check_family.sh KILN_BINARY VARIANT
 set -euo pipefail

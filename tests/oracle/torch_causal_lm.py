@@ -11,9 +11,11 @@ cache with a causal mask, SwiGLU, tied or untied lm_head.
   torch_causal_lm.py make-model OUT_DIR --variant qwen3|qwen2|llama3|llama-linear-bias [--seed S]
   torch_causal_lm.py check MODEL_DIR --kiln KILN [--dtype f32|bf16] [--tokens N] [--new-tokens N]
 
-`check` compares kiln with this model in f32: every prompt token's log-probability (`kiln
-perplexity --logprobs`) and a greedy continuation (`kiln generate`). With --dtype bf16, kiln runs
-in bf16 and its log-probabilities are held to the issue's bound on the mean deviation from f32.
+`check` compares kiln with this model in f32: every prompt token's log-probability (`kiln perplexity
+--logprobs`), a greedy continuation (`kiln generate`), and the same prompt batched with a shorter
+one (`--prompts-file`, left padding), each row against this model on it alone. With --dtype bf16,
+kiln runs in bf16 and its log-probabilities are held to the issue's bound on the mean deviation from
+f32.
 Exit status 0 when they agree, 1 when not.
 """
 import argparse
@@ -23,6 +25,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import torch
@@ -272,6 +275,23 @@ def check(model_dir, kiln, dtype, tokens, new_tokens, seed):
         print(f"  greedy: PyTorch {expected_ids}\n          kiln    {got_ids}")
         # eos (id 2) ends kiln's generation early; the prefix must still agree
         ok = ok and got_ids == expected_ids[:len(got_ids)] and len(got_ids) > 0
+        # The same prompt batched with a shorter one (kiln pads it on the left): each row must
+        # continue as this model does on that prompt alone.
+        short = ids[:, : tokens // 3]
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as prompts:
+            for row in (ids, short):
+                prompts.write(json.dumps({"prompt_ids": row[0].tolist()}) + "\n")
+            prompts.flush()
+            out = subprocess.run([kiln, "generate", model_dir, "--prompts-file", prompts.name,
+                                  "--dtype", "f32", "--max-new-tokens", str(new_tokens), "--json"],
+                                 check=True, capture_output=True, text=True).stdout
+        rows = [json.loads(line)["output_ids"] for line in out.splitlines() if line.strip()]
+        alone = CausalLM(model_dir, torch.float32, tokens + new_tokens)
+        expected_rows = [expected_ids, alone.greedy(short, new_tokens)]
+        for name, got_row, want in zip(("long", "short"), rows, expected_rows):
+            print(f"  batched, {name} row: PyTorch alone {want}\n                     kiln batched  {got_row}")
+            ok = ok and len(got_row) > 0 and got_row == want[:len(got_row)]
+        ok = ok and len(rows) == 2
     else:
         # The issue's bound, beside what PyTorch's own bf16 path deviates by on the same prompt.
         bf16 = CausalLM(model_dir, torch.bfloat16, tokens)

@@ -36,17 +36,19 @@ struct Shape {
   int64_t n, k;
 };
 
-// Sorted times of `reps` runs of step() on a spinning team (kiln/core/threads.h).
-template <typename Step>
-std::vector<double> time_model_order(int reps, Step&& step) {
-  std::vector<double> times;
+// Times of `reps` runs of each of two steps on a spinning team (kiln/core/threads.h), taken in
+// turn (a, b, a, b, ...) so that both meet the same phases of the machine's memory bandwidth.
+template <typename StepA, typename StepB>
+void time_alternated(int reps, StepA&& a, StepB&& b, std::vector<double>& ta,
+                     std::vector<double>& tb) {
   for (int r = 0; r < reps; ++r) {
-    const double t0 = now_s();
-    kiln::run_with_spinning_team(step);
-    times.push_back(now_s() - t0);
+    double t0 = now_s();
+    kiln::run_with_spinning_team(a);
+    ta.push_back(now_s() - t0);
+    t0 = now_s();
+    kiln::run_with_spinning_team(b);
+    tb.push_back(now_s() - t0);
   }
-  std::sort(times.begin(), times.end());
-  return times;
 }
 
 // Bytes to read in blocks of one packed 64-column block's size (K x 64 bf16).
@@ -258,15 +260,38 @@ int main(int argc, char** argv) {
       // as a model's decode step runs them: what a model sees.
       std::vector<Tensor> ys;
       for (const Shape& sh : shapes) ys.push_back(Tensor::empty({M, sh.n}, DType::f32));
-      const std::vector<double> times = time_model_order(reps, [&] {
+      // A plain read of as many bytes, in buffers of the same sizes, in the same calls split the
+      // same way (64-column blocks shared by work stealing): the memory's limit for this access
+      // pattern, which a GEMV at the roofline matches. Each repeat of the model order is paired
+      // with a plain read right after it.
+      if (read_bufs.empty()) {
         for (int l = 0; l < layers; ++l)
-          for (size_t s = 0; s < shapes.size(); ++s) {
-            Tensor xs = x.reshape({M * 3072}).slice0(0, M * shapes[s].k).reshape({M, shapes[s].k});
-            linear(xs, *packed[s][size_t(l)], ys[s]);
-          }
-        Tensor xs = x.reshape({M * 3072}).slice0(0, M * 1024).reshape({M, 1024});
-        linear(xs, *lm_head, y);
-      });
+          for (size_t s = 0; s < shapes.size(); ++s)
+            read_bufs.push_back(touched_bytes(packed[s][0]->bytes(), shapes[s].k));
+        read_bufs.push_back(touched_bytes(lm_head->bytes(), 1024));
+      }
+      std::vector<double> times, reads;
+      time_alternated(
+          reps,
+          [&] {
+            for (int l = 0; l < layers; ++l)
+              for (size_t s = 0; s < shapes.size(); ++s) {
+                Tensor xs =
+                    x.reshape({M * 3072}).slice0(0, M * shapes[s].k).reshape({M, shapes[s].k});
+                linear(xs, *packed[s][size_t(l)], ys[s]);
+              }
+            Tensor xs = x.reshape({M * 3072}).slice0(0, M * 1024).reshape({M, 1024});
+            linear(xs, *lm_head, y);
+          },
+          [&] {
+            for (const ReadBuffer& r : read_bufs) read_blocks(r);
+          },
+          times, reads);
+      std::vector<double> paired;  // the model order's speed over its paired read's
+      for (size_t r = 0; r < times.size(); ++r) paired.push_back(reads[r] / times[r]);
+      std::sort(times.begin(), times.end());
+      std::sort(reads.begin(), reads.end());
+      std::sort(paired.begin(), paired.end());
       // The best repeat, as the rows above, and the median, which is what `kiln bench` reports
       // (its decode tokens/s and KILN_PROFILE's per-op times are not best-of).
       std::printf("M=%-4lld the same in model order:        %.2f ms, %.1f GB/s (%.0f%% of bw);"
@@ -274,23 +299,15 @@ int main(int argc, char** argv) {
                   (long long)M, times.front() * 1e3, sum_bytes / times.front() / 1e9,
                   100 * sum_bytes / times.front() / bw, times[times.size() / 2] * 1e3,
                   sum_bytes / times[times.size() / 2] / 1e9);
-      // A plain read of as many bytes, in buffers of the same sizes, in the same calls split the
-      // same way (64-column blocks shared by work stealing): the memory's limit for this access
-      // pattern, which a GEMV at the roofline matches.
-      if (read_bufs.empty()) {
-        for (int l = 0; l < layers; ++l)
-          for (size_t s = 0; s < shapes.size(); ++s)
-            read_bufs.push_back(touched_bytes(packed[s][0]->bytes(), shapes[s].k));
-        read_bufs.push_back(touched_bytes(lm_head->bytes(), 1024));
-      }
-      const std::vector<double> reads = time_model_order(reps, [&] {
-        for (const ReadBuffer& r : read_bufs) read_blocks(r);
-      });
       std::printf("M=%-4lld plain read of the same bytes:   %.2f ms, %.1f GB/s (%.0f%% of bw);"
-                  " median %.2f ms, %.1f GB/s\n\n",
+                  " median %.2f ms, %.1f GB/s\n",
                   (long long)M, reads.front() * 1e3, sum_bytes / reads.front() / 1e9,
                   100 * sum_bytes / reads.front() / bw, reads[reads.size() / 2] * 1e3,
                   sum_bytes / reads[reads.size() / 2] / 1e9);
+      std::printf("M=%-4lld model order / its paired plain read: median %.3f (quartiles %.3f,"
+                  " %.3f) of the read's speed\n\n",
+                  (long long)M, paired[paired.size() / 2], paired[paired.size() / 4],
+                  paired[3 * paired.size() / 4]);
     } else {
       std::printf("M=%-4lld all linears: %.1f ms, %.0f GFLOP/s (%.0f%% of machine peak),"
                   " %.0f tokens/s\n",

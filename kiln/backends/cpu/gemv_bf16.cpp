@@ -53,36 +53,21 @@ inline void block_dot(const uint32_t* const* xp, int64_t pairs, const uint16_t* 
                       bool prefetch, __m512 (&acc)[MR][4]) {
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_setzero_ps();
-  if constexpr (MR == 1) {
-    // One row: two accumulator sets over even/odd k pairs, so 8 independent FMA chains hide the
-    // dpbf16 latency.
-    __m512 b[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                   _mm512_setzero_ps()};
-    const uint32_t* x0 = xp[0];
-    for (int64_t p = 0; p < pairs; p += 2) {
-      const uint16_t* w = wblk + p * 128;
-      if (prefetch) prefetch_ahead<8>(w);
-      __m512bh xa = as_bh(_mm512_set1_epi32(int(x0[p])));
-      __m512bh xb = as_bh(_mm512_set1_epi32(int(x0[p + 1])));
-      for (int j = 0; j < 4; ++j) {
-        acc[0][j] = _mm512_dpbf16_ps(acc[0][j], as_bh(_mm512_loadu_si512(w + 32 * j)), xa);
-        b[j] = _mm512_dpbf16_ps(b[j], as_bh(_mm512_loadu_si512(w + 128 + 32 * j)), xb);
-      }
-    }
-    for (int j = 0; j < 4; ++j) acc[0][j] = _mm512_add_ps(acc[0][j], b[j]);
-  } else {
-    for (int64_t p = 0; p < pairs; ++p) {
-      const uint16_t* w = wblk + p * 128;
-      if (prefetch) prefetch_ahead<4>(w);
-      __m512i w0 = _mm512_loadu_si512(w), w1 = _mm512_loadu_si512(w + 32);
-      __m512i w2 = _mm512_loadu_si512(w + 64), w3 = _mm512_loadu_si512(w + 96);
-      for (int m = 0; m < MR; ++m) {
-        __m512bh xv = as_bh(_mm512_set1_epi32(int(xp[m][p])));
-        acc[m][0] = _mm512_dpbf16_ps(acc[m][0], as_bh(w0), xv);
-        acc[m][1] = _mm512_dpbf16_ps(acc[m][1], as_bh(w1), xv);
-        acc[m][2] = _mm512_dpbf16_ps(acc[m][2], as_bh(w2), xv);
-        acc[m][3] = _mm512_dpbf16_ps(acc[m][3], as_bh(w3), xv);
-      }
+  // One k pair (4 lines of W) per iteration for every MR, MR x 4 chains. For one row the 4 chains
+  // of vdpbf16ps (~6 cycles) would take ~40 B a cycle, far above what memory gives a core. On a Zen 4
+  // this loop streams at a plain read's speed, where the old two pairs per iteration (8 chains) ran
+  // 5-12 % slower in the same rounds (docs/benchmarks.md, twenty-seventh session).
+  for (int64_t p = 0; p < pairs; ++p) {
+    const uint16_t* w = wblk + p * 128;
+    if (prefetch) prefetch_ahead<4>(w);
+    __m512i w0 = _mm512_loadu_si512(w), w1 = _mm512_loadu_si512(w + 32);
+    __m512i w2 = _mm512_loadu_si512(w + 64), w3 = _mm512_loadu_si512(w + 96);
+    for (int m = 0; m < MR; ++m) {
+      __m512bh xv = as_bh(_mm512_set1_epi32(int(xp[m][p])));
+      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], as_bh(w0), xv);
+      acc[m][1] = _mm512_dpbf16_ps(acc[m][1], as_bh(w1), xv);
+      acc[m][2] = _mm512_dpbf16_ps(acc[m][2], as_bh(w2), xv);
+      acc[m][3] = _mm512_dpbf16_ps(acc[m][3], as_bh(w3), xv);
     }
   }
 }

@@ -136,6 +136,8 @@ std::vector<Case> cases() {
       out.push_back({c, m, 130, 70});
       out.push_back({c, m, 129, 1024});
     }
+    // Decode GEMVs at the down projection's width (K = 3072: 384 KiB blocks) for 1, 2 and 4 rows.
+    for (int64_t m : {1, 2, 4}) out.push_back({c, m, 200, 3072});
   }
   return out;
 }

@@ -6,6 +6,8 @@
 //   (measure_arithmetic_peak: vdpbf16ps where the CPU has AVX512_BF16, ~836 GFLOP/s on the 2-core
 //   Zen 5 of shared/MACHINE.md; f32 FMAs elsewhere) or --peak, and vs measure_gemm_peak(bf16).
 // Every layer gets its own packed copy, as in the real model, so decode cannot hit in cache.
+// Decode's model order alternates with a plain read of the same bytes, repeat by repeat; the median
+// of their paired ratios is the figure this VM's bandwidth phases move least.
 //
 // Usage: OMP_NUM_THREADS=2 bench_linear [--reps R] [--layers L] [--peak GFLOPS] [--m 1,128,512]
 #include <algorithm>

@@ -56,7 +56,7 @@ inline void block_dot(const uint32_t* const* xp, int64_t pairs, const uint16_t* 
   // One k pair (4 lines of W) per iteration for every MR, MR x 4 chains. For one row the 4 chains
   // of vdpbf16ps (~6 cycles) would take ~40 B a cycle, far above what memory gives a core. On a Zen 4
   // this loop streams at a plain read's speed, where the old two pairs per iteration (8 chains) ran
-  // 5-12 % slower in the same rounds (docs/benchmarks.md, twenty-seventh session).
+  // 5-14 % slower in the same rounds (docs/benchmarks.md, twenty-seventh session).
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* w = wblk + p * 128;
     if (prefetch) prefetch_ahead<4>(w);

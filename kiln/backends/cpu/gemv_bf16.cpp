@@ -40,11 +40,10 @@ bool gemv_prefetches() {
   return on;
 }
 
-// Fetches the `lines` 64-byte lines kPrefetchAhead bytes past w into L2.
-template <int lines>
+// Fetches the 4 lines of one k pair kPrefetchAhead bytes past w into L2.
 inline void prefetch_ahead(const uint16_t* w) {
   const char* q = reinterpret_cast<const char*>(w) + kPrefetchAhead;
-  for (int i = 0; i < lines; ++i) _mm_prefetch(q + 64 * i, _MM_HINT_T1);
+  for (int i = 0; i < 4; ++i) _mm_prefetch(q + 64 * i, _MM_HINT_T1);
 }
 
 // acc[m][j] = W[block columns 16j..16j+15, :] . x[m, :] over all k pairs (MR rows, MR <= 4).
@@ -59,7 +58,7 @@ inline void block_dot(const uint32_t* const* xp, int64_t pairs, const uint16_t* 
   // 5-14 % slower in the same rounds (docs/benchmarks.md, twenty-seventh session).
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* w = wblk + p * 128;
-    if (prefetch) prefetch_ahead<4>(w);
+    if (prefetch) prefetch_ahead(w);
     __m512i w0 = _mm512_loadu_si512(w), w1 = _mm512_loadu_si512(w + 32);
     __m512i w2 = _mm512_loadu_si512(w + 64), w3 = _mm512_loadu_si512(w + 96);
     for (int m = 0; m < MR; ++m) {

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -14,20 +13,6 @@
 namespace kiln {
 
 int num_threads();
-
-// A byte range one team thread reads into its caches while it waits (see set_team_read_ahead).
-struct ReadAhead {
-  const void* begin = nullptr;
-  size_t bytes = 0;
-};
-
-// Read-ahead in a spinning team (run_with_spinning_team): between jobs and in a job's tail, a
-// decode step leaves memory idle while one thread does serial work or finishes its last block.
-// A thread that waits then prefetches ranges[t] (its first reads of the next job, typically the
-// start of its share of the next GEMV's weights) into its caches instead of pausing. Called on the
-// team's thread 0 between jobs; each call restarts every thread's range. No-op outside a team or
-// for threads past `n`.
-void set_team_read_ahead(const ReadAhead* ranges, int n);
 
 namespace detail {
 
@@ -42,11 +27,6 @@ struct SpinTeam {
   void* ctx = nullptr;
   int nt = 1;
   std::exception_ptr error;
-  // set_team_read_ahead's ranges; `ahead_seq` counts the calls, so a thread knows to restart.
-  static constexpr int kMaxReadAhead = 16;
-  std::atomic<uint64_t> ahead_seq{0};
-  std::atomic<const char*> ahead_begin[kMaxReadAhead] = {};
-  std::atomic<size_t> ahead_bytes[kMaxReadAhead] = {};
 };
 
 SpinTeam*& current_team();  // set on the thread running a team's body, else null

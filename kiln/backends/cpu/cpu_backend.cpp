@@ -1,8 +1,6 @@
 #include "kiln/backends/cpu/cpu_backend.h"
 
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "kiln/backends/cpu/kernels.h"
@@ -95,65 +93,6 @@ void silu_grad(const Tensor& x, const Tensor& dy, Tensor& dx) {
       4096);
 }
 
-std::atomic<size_t>& read_ahead_bytes() {
-  static std::atomic<size_t> bytes{[] {
-    const char* env = std::getenv("KILN_READ_AHEAD_KB");
-    return size_t(env && *env ? std::atoll(env) : 512) << 10;
-  }()};
-  return bytes;
-}
-
-bool is_linear(Op op) {
-  return op == Op::Linear || op == Op::LinearResidual || op == Op::LinearSiluMul ||
-         op == Op::LinearQKNormRopeCache;
-}
-
-// Read-ahead through a decode step (set_team_read_ahead): while node i runs, a thread that waits
-// (for the main thread's serial work, or for the other thread's last block) fetches the front of
-// its share of the next linear's weights, which it reads first when that linear starts.
-class StepReadAhead {
- public:
-  // Plans g's read-ahead for a run on the spinning team.
-  void begin(const graph::Graph& g, std::span<const std::shared_ptr<void>> prepared) {
-    const size_t bytes = decode_read_ahead_bytes();
-    nt_ = std::min(num_threads(), 16);
-    plan_of_.assign(g.nodes.size(), -1);
-    ranges_.clear();
-    int32_t next = -1;
-    for (size_t i = g.nodes.size(); i-- > 0;) {
-      plan_of_[i] = next;
-      const Node& n = g.nodes[i];
-      if (bytes == 0 || n.dead || !is_linear(n.op) || !prepared[i]) continue;
-      const size_t at = ranges_.size();
-      ranges_.resize(at + size_t(nt_));
-      if (linear_read_ahead(*static_cast<const PackedLinear*>(prepared[i].get()), bytes, nt_,
-                            ranges_.data() + at))
-        next = int32_t(at / size_t(nt_));
-    }
-    graph_ = &g;
-    current_ = -1;
-  }
-  void end() { graph_ = nullptr; }
-  // Before node n runs: the next linear's ranges, where they differ from the last ones set.
-  void before(const Node& n) {
-    if (!graph_ || &n < graph_->nodes.data() || &n >= graph_->nodes.data() + graph_->nodes.size())
-      return;
-    const int32_t plan = plan_of_[size_t(&n - graph_->nodes.data())];
-    if (plan == current_) return;
-    current_ = plan;
-    set_team_read_ahead(plan < 0 ? nullptr : ranges_.data() + size_t(plan) * size_t(nt_), nt_);
-  }
-
- private:
-  const graph::Graph* graph_ = nullptr;
-  int nt_ = 0;
-  int32_t current_ = -1;
-  std::vector<int32_t> plan_of_;  // per node: the next linear's plan (its index in ranges_ / nt_)
-  std::vector<ReadAhead> ranges_;
-};
-
-thread_local StepReadAhead step_read_ahead;
-
 class CpuBackend final : public graph::Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -179,13 +118,9 @@ class CpuBackend final : public graph::Backend {
   // regions would get one thread inside the team.
   void run_graph(const graph::Graph& g, std::span<const std::shared_ptr<void>> prepared,
                  const std::function<void()>& nodes) override {
-    if (threads_spin(g, prepared)) {
-      step_read_ahead.begin(g, prepared);
-      struct End {
-        ~End() { step_read_ahead.end(); }
-      } end;
+    if (threads_spin(g, prepared))
       run_with_spinning_team(nodes);
-    } else
+    else
       nodes();
   }
 
@@ -224,7 +159,6 @@ class CpuBackend final : public graph::Backend {
 
   void run(const Node& n, const void* prepared, std::span<const Tensor> in, Tensor& out,
            const graph::RunContext& ctx) override {
-    step_read_ahead.before(n);
     switch (n.op) {
       case Op::Input:
       case Op::Weight:
@@ -309,11 +243,6 @@ class CpuBackend final : public graph::Backend {
 };
 
 }  // namespace
-
-size_t decode_read_ahead_bytes() { return read_ahead_bytes().load(std::memory_order_relaxed); }
-void set_decode_read_ahead_bytes(size_t bytes) {
-  read_ahead_bytes().store(bytes, std::memory_order_relaxed);
-}
 
 graph::Backend& cpu_backend() {
   static CpuBackend backend;

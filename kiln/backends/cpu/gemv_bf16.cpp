@@ -108,33 +108,15 @@ void rows_blocks(const uint16_t* xb, int64_t Kp, const uint16_t* w, int64_t b0, 
   }
 }
 
-// Each thread gets at least ~64 KiB of weights: below that, waking the pool costs more than the
-// stream itself (tiny models, tests).
-int64_t gemv_min_blocks(int64_t Kp) {
-  return std::max<int64_t>(1, (int64_t(64) << 10) / (Kp * kBlockN * 2));
-}
-
 }  // namespace
-
-void gemv_bf16_read_ahead(int64_t Kp, const uint16_t* w, int64_t N, size_t bytes, int nt,
-                          ReadAhead* ranges) {
-  const int64_t nblocks = (N + kBlockN - 1) / kBlockN, block_bytes = Kp * kBlockN * 2;
-  // Thread t's first reads are the front of its share (parallel_for_stealing, grain 1); one
-  // thread runs a GEMV too small to split.
-  const int threads = nblocks <= gemv_min_blocks(Kp) ? 1 : nt;
-  for (int t = 0; t < nt; ++t) {
-    ranges[t] = {};
-    if (t >= threads) continue;
-    const int64_t b0 = nblocks * t / threads, b1 = nblocks * (t + 1) / threads;
-    ranges[t] = {reinterpret_cast<const char*>(w) + b0 * block_bytes,
-                 std::min(bytes, size_t((b1 - b0) * block_bytes))};
-  }
-}
 
 void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N, void* y,
                bool y_bf16, const float* residual) {
   KILN_CHECK(M >= 1 && M <= kGemvMaxM, "gemv_bf16: M = ", M, " must be in [1, ", kGemvMaxM, "]");
-  const int64_t nblocks = (N + kBlockN - 1) / kBlockN, min_blocks = gemv_min_blocks(Kp);
+  const int64_t nblocks = (N + kBlockN - 1) / kBlockN;
+  // Each thread gets at least ~64 KiB of weights: below that, waking the pool costs more than the
+  // stream itself (tiny models, tests).
+  const int64_t min_blocks = std::max<int64_t>(1, (int64_t(64) << 10) / (Kp * kBlockN * 2));
   // One block (64 columns, 128-384 KiB at these widths) per claim: a claim is one atomic, next to
   // microseconds of streaming.
   auto body = [&](int64_t b0, int64_t b1) {
@@ -155,9 +137,6 @@ bool avx512_bf16_kernels() { return true; }
 void gemv_bf16(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, void*, bool,
                const float*) {
   KILN_CHECK(false, "gemv_bf16 called in a build without AVX512_BF16");
-}
-void gemv_bf16_read_ahead(int64_t, const uint16_t*, int64_t, size_t, int nt, ReadAhead* ranges) {
-  for (int t = 0; t < nt; ++t) ranges[t] = {};
 }
 bool avx512_bf16_kernels() { return false; }
 

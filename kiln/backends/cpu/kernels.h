@@ -13,7 +13,6 @@
 #include <memory>
 
 #include "kiln/core/tensor.h"
-#include "kiln/core/threads.h"
 
 namespace kiln::cpu {
 
@@ -49,16 +48,6 @@ class PackedLinear {
 //   y: f32 or bf16; residual: f32 and may alias y (in-place residual add).
 // Must be fast for M = 1..8 (decode, memory bound: stream W once) and M >= 32 (prefill, FLOP bound).
 void linear(const Tensor& x, const PackedLinear& w, Tensor& y, const Tensor* residual = nullptr);
-
-// Bytes of the next linear's weights each thread reads ahead while it waits in a decode step
-// (set_team_read_ahead, cpu_backend.cpp); 0 turns read-ahead off. The default is
-// KILN_READ_AHEAD_KB where set.
-size_t decode_read_ahead_bytes();
-void set_decode_read_ahead_bytes(size_t bytes);
-
-// The first `bytes` (at most) that each of nt threads reads of w in a linear of few rows (the
-// GEMV), for set_team_read_ahead; false, leaving ranges empty, where that is not kiln's GEMV.
-bool linear_read_ahead(const PackedLinear& w, size_t bytes, int nt, ReadAhead* ranges);
 
 // y [M, I] = SiLU(x Wg^T) * (x Wu^T) for a gate_up weight W = [Wg; Wu] [2I, K]: linear then
 // silu_mul, bit for bit where K is one block of the bf16 GEMM (K <= 1024; beyond, within f32

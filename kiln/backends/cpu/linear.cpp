@@ -350,18 +350,6 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor
   if (via_f32) convert(dst, DType::f32, y.raw(), DType::bf16, M * N);
 }
 
-bool linear_read_ahead(const PackedLinear& packed, size_t bytes, int nt, ReadAhead* ranges) {
-  const auto& w = dynamic_cast<const PackedLinearImpl&>(packed);
-  const bool gemv = w.compute_ == DType::bf16 && detail::bf16_linear_on_kiln() &&
-                    detail::avx512_bf16_kernels();
-  if (gemv)
-    detail::gemv_bf16_read_ahead(w.kp_, static_cast<const uint16_t*>(w.buf_->ptr), w.n_, bytes,
-                                 nt, ranges);
-  else
-    for (int t = 0; t < nt; ++t) ranges[t] = {};
-  return gemv;
-}
-
 void linear_silu_mul(const Tensor& x, const PackedLinear& packed, Tensor& y) {
   const auto& w = dynamic_cast<const PackedLinearImpl&>(packed);
   const int64_t N = w.n_, K = w.k_, inter = N / 2;

@@ -20,7 +20,6 @@
 
 #include "kiln/backends/cpu/rope.h"
 #include "kiln/core/dtype.h"
-#include "kiln/core/threads.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace kiln::cpu::detail {
@@ -97,10 +96,6 @@ constexpr int64_t kGemvMaxM = 4;
 // Splits N-blocks over the OpenMP threads. M <= kGemvMaxM.
 void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N, void* y,
                bool y_bf16, const float* residual);
-// The ranges gemv_bf16 on these weights reads first on each of nt threads, at most `bytes` each
-// (empty where a thread gets no share): what they read ahead before it (set_team_read_ahead).
-void gemv_bf16_read_ahead(int64_t Kp, const uint16_t* w, int64_t N, size_t bytes, int nt,
-                          ReadAhead* ranges);
 // c[M, N] = beta * c + op(a) op(b) for bf16 a ([M, K], or [K, M] if trans_a) and b ([K, N], or
 // [N, K] if trans_b), contiguous, with f32 accumulation; c is f32, or bf16 (c_bf16) with beta = 0.
 // Returns false, doing nothing, where it does not apply (no AVX512_BF16 in this build, K = 0, or a

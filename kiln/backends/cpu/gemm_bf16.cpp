@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kiln/backends/cpu/kernels.h"  // f32_fma_outruns_dpbf16
 #include "kiln/backends/cpu/linear_dnnl.h"
@@ -565,8 +566,10 @@ void qkv_tiles(const Problem& P, int64_t ic, int64_t mc, int64_t col, TileA a_bl
   }
 }
 
-// C[m0, m1) x [n0, n1) on the calling thread.
-void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+// C[m0, m1) x [n0, n1) on the calling thread. A packed B's panels are fetched ahead up to column
+// prefetch_end, or to the end of each block of kNC columns if that is further.
+void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+               int64_t prefetch_end = 0) {
   const bool in_place = reads_a_in_place(P);
   const int64_t kc_max = P.c_bf16 || P.swiglu || P.qkv ? P.K : std::min(P.K, kKC);
   const int64_t pairs_max = (kc_max + 1) / 2;
@@ -630,7 +633,7 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
           const int64_t tile_count = (mc + P.mr - 1) / P.mr;
           const int64_t slice = (panel_lines + tile_count - 1) / tile_count;
           const int64_t step = P.qkv ? P.qkv->d : kNR;  // columns per step: a qkv head
-          if (P.b_packed && jr + step < nc)
+          if (P.b_packed && jc + jr + step < std::max(jc + nc, prefetch_end))
             next_panel = reinterpret_cast<const char*>(bpanel + (step / kNR) * P.b_panel_stride);
           // SwiGLU: the up panel's offset from the gate panel, and the gate tile's f32 values.
           const int64_t up_offset = P.swiglu ? (P.N / kNR) * P.b_panel_stride : 0;
@@ -685,7 +688,11 @@ void run(Problem P) {
     P.wide_a = true;
   }
   const int threads = num_threads();
-  if (threads <= 1 || P.M * P.N * P.K < (int64_t(1) << 21)) {
+  // Inside another loop's share (the attention's items) the loops below would run serially,
+  // the stolen tiles last to first.
+  const bool nested =
+      kiln::detail::in_team_job() || (omp_in_parallel() && !kiln::detail::current_team());
+  if (threads <= 1 || nested || P.M * P.N * P.K < (int64_t(1) << 21)) {
     gemm_part(P, 0, P.M, 0, P.N);
     return;
   }
@@ -694,6 +701,45 @@ void run(Problem P) {
   const int64_t extent = split_n ? P.N : P.M;
   const int64_t step = split_n ? (P.qkv ? P.qkv->d : kNR) : P.mr;  // qkv: whole heads
   const int64_t chunk = round_up((extent + threads - 1) / threads, step);
+  if (split_n && P.b_packed) {
+    // A linear's GEMM: each thread's share of columns is cut into work items (one block of rows
+    // x the panels or qkv heads of ~16 MFLOP), listed in the order gemm_part walks them, and a
+    // thread that finishes its share takes items from the back of the other's. On this VM one
+    // core often runs a few percent slower than the other, which a static split leaves the
+    // faster one waiting for at the end of every call; the results are the same bits either
+    // way. Items of one panel (3 MFLOP for a K = 256 lm_head) cost more in set-up than they
+    // balance. Measured in docs/benchmarks.md (twenty-ninth session).
+    constexpr double kItemFlop = 16e6;
+    struct WorkItem {
+      int64_t m0, m1, n0, n1, prefetch_end;
+    };
+    thread_local std::vector<WorkItem> item_list;  // the caller's: the lambda must not name it
+    std::vector<WorkItem>& items = item_list;
+    items.clear();
+    const int64_t mc_block = row_block(P, P.M);
+    for (int t = 0; t < threads; ++t) {
+      const int64_t lo = std::min(extent, t * chunk), hi = std::min(extent, lo + chunk);
+      for (int64_t jc = lo; jc < hi; jc += kNC) {
+        const int64_t jc_end = std::min(hi, jc + kNC);
+        for (int64_t ic = 0; ic < P.M; ic += mc_block) {
+          const int64_t rows = std::min(P.M, ic + mc_block) - ic;
+          const double step_flop = 2.0 * double(rows) * double(step) * double(P.K);
+          // The FMA tiles widen a block of A once per gemm_part call: one item per block.
+          const int64_t width = P.wide_a ? kNC
+                                         : step * std::max<int64_t>(1, int64_t(kItemFlop / step_flop));
+          for (int64_t jr = jc; jr < jc_end; jr += width)
+            items.push_back({ic, ic + rows, jr, std::min(jc_end, jr + width), jc_end});
+        }
+      }
+    }
+    parallel_for_stealing(int64_t(items.size()), 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const WorkItem& w = items[size_t(i)];
+        gemm_part(P, w.m0, w.m1, w.n0, w.n1, w.prefetch_end);
+      }
+    });
+    return;
+  }
   parallel_for(threads, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t lo = std::min(extent, t * chunk), hi = std::min(extent, lo + chunk);

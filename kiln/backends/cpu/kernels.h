@@ -152,14 +152,16 @@ double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scal
 // Each takes about 0.5 s. measure_memory_bandwidth() streams a buffer of `bytes` (at least 256 MiB)
 // that it frees on return; the process's peak RSS still counts it, so call it before loading a
 // model. Size it like the reads it is a yardstick for: on this VM a 1.2 GB buffer, a decode step's
-// weights, read 4-14 % slower (median) than a 256 MiB one, interleaved (docs/benchmarks.md).
+// weights, read 4-14 % slower (median) than a 256 MiB one, interleaved (docs/benchmarks.md). The
+// threads share the read by work stealing, as the decode GEMVs do.
 constexpr size_t kMinBandwidthBytes = size_t(256) << 20;
 double measure_memory_bandwidth(size_t bytes = kMinBandwidthBytes);
 double measure_gemm_peak(DType dtype);
 // The machine's arithmetic peak in FLOP/s for `dtype` GEMMs on all threads: f32 FMAs at the widest
 // vector, and for bf16 on a CPU with AVX512_BF16 the faster of vdpbf16ps and those FMAs (a bf16
 // GEMM runs on whichever is faster; without AVX512_BF16 it widens to f32). Register-only loops,
-// ~0.1 s. 0 where neither AVX2 + FMA nor AVX-512 exists.
+// ~0.1 s; the sum of each thread's own rate, so a core slower than the others does not lower it.
+// 0 where neither AVX2 + FMA nor AVX-512 exists.
 double measure_arithmetic_peak(DType dtype);
 // Whether this CPU runs f32 FMAs (512-bit) faster in FLOP/s than vdpbf16ps: Intel's Sapphire and
 // Emerald Rapids issue vdpbf16ps at half the f32 FMA rate, AMD's Zen 4 and 5 at twice it. False

@@ -98,24 +98,35 @@ __attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(int64_t iters)
 }
 #endif
 
-// The best of `reps` runs of chains(iters) on each of `threads` threads, in FLOP/s.
+// The best of `reps` runs of chains(iters) on each of `threads` threads, in FLOP/s: the sum of
+// each thread's own rate. On this VM one core often runs a few percent slower than the other; a
+// kernel that balances its work between them (work stealing) reaches the sum, not twice the
+// slower core's rate, so the sum is the ceiling to hold it to.
 double chains_rate(float (*chains)(int64_t), double flops_per_iter, int64_t iters, int threads,
                    int reps) {
   volatile float sink = 0;
   double best = 0;
   for (int rep = 0; rep < reps; ++rep) {
     std::vector<float> out(size_t(threads), 0.f);
-    const double t0 = now_s();
+    std::vector<double> seconds(size_t(threads), 0.0);
+    auto run = [&](int64_t t) {
+      const double t0 = now_s();
+      out[size_t(t)] = chains(iters);
+      seconds[size_t(t)] = now_s() - t0;
+    };
     if (threads == 1) {
-      out[0] = chains(iters);
+      run(0);
     } else {
       parallel_for(threads, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) out[size_t(t)] = chains(iters);
+        for (int64_t t = b; t < e; ++t) run(t);
       });
     }
-    const double t = now_s() - t0;
-    for (float v : out) sink = sink + v;
-    best = std::max(best, double(threads) * double(iters) * flops_per_iter / t);
+    double rate = 0;
+    for (int t = 0; t < threads; ++t) {
+      sink = sink + out[size_t(t)];
+      rate += double(iters) * flops_per_iter / seconds[size_t(t)];
+    }
+    best = std::max(best, rate);
   }
   return best;
 }
@@ -183,10 +194,14 @@ double measure_memory_bandwidth(size_t bytes) {
     std::vector<uint64_t> partial(size_t(num_threads()) * 8, 0);
     const double t0 = now_s();
     // Chunks aligned to 64 bytes (8 words) so the aligned loads are valid. Passes alternate plain
-    // reads and reads with a software prefetch; the best of all counts.
+    // reads and reads with a software prefetch; the best of all counts. The threads share the
+    // lines by work stealing, as the decode GEMVs share their blocks: with a static half each,
+    // the pass waits for the slower core, and on this VM one core often streams 10-20 % slower
+    // (a static split read 6-20 % below a stealing one, docs/benchmarks.md, thirtieth session).
     const int64_t lines = n / 8;
     const bool prefetch = rep % 2 == 1;
-    parallel_for(lines, [&](int64_t b, int64_t e) {
+    constexpr int64_t kGrainLines = 2048;  // 128 KiB, about one decode GEMV block
+    parallel_for_stealing(lines, kGrainLines, [&](int64_t b, int64_t e) {
       partial[size_t(omp_get_thread_num()) * 8] += sum_lines(words + b * 8, e - b, prefetch);
     }, 1 << 12);
     const double t = now_s() - t0;

@@ -1,0 +1,108 @@
+// How the threads should share a streaming read: each thread's own static half (parallel_for),
+// or grains taken by work stealing (parallel_for_stealing, as the decode GEMVs and, since the
+// thirtieth session, measure_memory_bandwidth share theirs). Passes of the two alternate over one
+// huge-page buffer, so the VM's bandwidth phases meet both alike; for the static split each
+// thread also times its own half, which shows whether one core streams slower than the other.
+//
+// Usage: bench_read_split [--gb 1.25] [--rounds 8] [--passes 10]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench_common.h"
+#include "kiln/core/memory.h"
+#include "kiln/core/threads.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+using kiln::bench::now_s;
+
+// Sums `lines` 64-byte lines from p: a pure read stream the compiler cannot drop.
+uint64_t sum_lines(const uint64_t* p, int64_t lines) {
+#if defined(__AVX512F__)
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0;
+  const __m512i* q = reinterpret_cast<const __m512i*>(p);
+  for (int64_t i = 0; i + 1 < lines; i += 2) {
+    a0 = _mm512_add_epi64(a0, _mm512_load_si512(q + i));
+    a1 = _mm512_add_epi64(a1, _mm512_load_si512(q + i + 1));
+  }
+  if (lines % 2) a0 = _mm512_add_epi64(a0, _mm512_load_si512(q + lines - 1));
+  alignas(64) uint64_t out[8];  // (GCC 12 warns falsely inside _mm512_reduce_add_epi64)
+  _mm512_store_si512(out, _mm512_add_epi64(a0, a1));
+  uint64_t s = 0;
+  for (uint64_t v : out) s += v;
+  return s;
+#else
+  uint64_t s = 0;
+  for (int64_t i = 0; i < lines * 8; ++i) s += p[i];
+  return s;
+#endif
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double gb = 1.25;
+  int rounds = 8, passes = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--gb") gb = std::atof(argv[i + 1]);
+    else if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
+    else if (a == "--passes") passes = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown argument %s (known: --gb, --rounds, --passes)\n", a.c_str());
+      return 2;
+    }
+  }
+  const size_t bytes = size_t(gb * 1e9) / 64 * 64;
+  const int64_t lines = int64_t(bytes / 64);
+  const int threads = kiln::num_threads();
+  auto* words = static_cast<uint64_t*>(kiln::map_pages(bytes));
+  kiln::parallel_for(int64_t(bytes / 8), [&](int64_t b, int64_t e) {
+    std::memset(words + b, 1, size_t(e - b) * 8);
+  }, 1 << 16);
+  std::printf("%d threads, %.2f GB buffer, %d passes of each split a round\n", threads,
+              double(bytes) / 1e9, passes);
+  std::vector<uint64_t> sums(size_t(threads) * 8, 0);
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<double> fixed, stolen;
+    std::vector<std::vector<double>> own_ms(static_cast<size_t>(threads));
+    for (int p = 0; p < passes; ++p) {
+      std::vector<double> ms(size_t(threads), 0);
+      double t0 = now_s();
+      kiln::parallel_for(lines, [&](int64_t b, int64_t e) {
+        const double s = now_s();
+        sums[size_t(omp_get_thread_num()) * 8] += sum_lines(words + b * 8, e - b);
+        ms[size_t(omp_get_thread_num())] = (now_s() - s) * 1e3;
+      }, 1 << 12);
+      fixed.push_back(double(bytes) / (now_s() - t0) / 1e9);
+      for (int t = 0; t < threads; ++t) own_ms[size_t(t)].push_back(ms[size_t(t)]);
+      t0 = now_s();
+      kiln::parallel_for_stealing(lines, 2048, [&](int64_t b, int64_t e) {
+        sums[size_t(omp_get_thread_num()) * 8] += sum_lines(words + b * 8, e - b);
+      }, 1 << 12);
+      stolen.push_back(double(bytes) / (now_s() - t0) / 1e9);
+    }
+    std::printf("round %d: static halves best %.1f, median %.1f GB/s (each thread's half, median ms:",
+                r, *std::max_element(fixed.begin(), fixed.end()), median(fixed));
+    for (int t = 0; t < threads; ++t) std::printf(" %.1f", median(own_ms[size_t(t)]));
+    std::printf(") | stealing best %.1f, median %.1f GB/s\n",
+                *std::max_element(stolen.begin(), stolen.end()), median(stolen));
+  }
+  uint64_t total = 0;
+  for (uint64_t s : sums) total += s;
+  kiln::unmap_pages(words, bytes);
+  return total == 42 ? 1 : 0;  // keeps the sums live
+}

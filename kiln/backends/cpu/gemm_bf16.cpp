@@ -708,7 +708,7 @@ void run(Problem P) {
     // core often runs a few percent slower than the other, which a static split leaves the
     // faster one waiting for at the end of every call; the results are the same bits either
     // way. Items of one panel (3 MFLOP for a K = 256 lm_head) cost more in set-up than they
-    // balance. Measured in docs/benchmarks.md (twenty-ninth session).
+    // balance. Measured in docs/benchmarks.md (thirtieth session).
     constexpr double kItemFlop = 16e6;
     struct WorkItem {
       int64_t m0, m1, n0, n1, prefetch_end;

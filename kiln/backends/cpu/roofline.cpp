@@ -197,7 +197,8 @@ double measure_memory_bandwidth(size_t bytes) {
     // reads and reads with a software prefetch; the best of all counts. The threads share the
     // lines by work stealing, as the decode GEMVs share their blocks: with a static half each,
     // the pass waits for the slower core, and on this VM one core often streams 10-20 % slower
-    // (a static split read 6-20 % below a stealing one, docs/benchmarks.md, thirtieth session).
+    // (then a static split read 5-20 % below a stealing one; level where the cores ran alike:
+    // docs/benchmarks.md, thirtieth session).
     const int64_t lines = n / 8;
     const bool prefetch = rep % 2 == 1;
     constexpr int64_t kGrainLines = 2048;  // 128 KiB, about one decode GEMV block

@@ -474,25 +474,33 @@ inline void decode_pv_pairs(const bf16_t* vp, int64_t slot_stride, int64_t nb, u
   }
 }
 
-// Lane i of the result = sum of the lanes of v[i], for 16 vectors (a transposing reduction tree:
-// 45 shuffles/adds instead of 16 separate horizontal sums).
-inline __m512 hsum16(const __m512* v) {
+// Lane i of the result = op over the lanes of v[i], for 16 vectors (a transposing reduction
+// tree: 45 shuffles and ops instead of 16 separate horizontal reductions, whose latency chains
+// a row-by-row loop waits on).
+template <typename Op>
+inline __m512 hreduce16(const __m512* v, Op op) {
   __m512 w[8], u[4];
   // u[i] must hold partials of v[i], v[i+4], v[i+8], v[i+12] in its four 128-bit blocks.
   for (int i = 0; i < 4; ++i) {
     const __m512 a = v[i], b = v[i + 4], c = v[i + 8], e = v[i + 12];
-    w[2 * i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-    w[2 * i + 1] = _mm512_add_ps(_mm512_shuffle_f32x4(c, e, _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm512_shuffle_f32x4(c, e, _MM_SHUFFLE(3, 2, 3, 2)));
-    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    w[2 * i] = op(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    w[2 * i + 1] = op(_mm512_shuffle_f32x4(c, e, _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm512_shuffle_f32x4(c, e, _MM_SHUFFLE(3, 2, 3, 2)));
+    u[i] = op(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+              _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
   }
-  // Within each block: [sum u0, sum u1, sum u2, sum u3] -> block k lane i = v[4k + i].
-  const __m512 a = _mm512_add_ps(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
-  const __m512 b = _mm512_add_ps(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
-  return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                       _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  // Within each block: [op u0, op u1, op u2, op u3] -> block k lane i = v[4k + i].
+  const __m512 a = op(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
+  const __m512 b = op(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
+  return op(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+            _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+inline __m512 hsum16(const __m512* v) {
+  return hreduce16(v, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); });
+}
+inline __m512 hmax16(const __m512* v) {
+  return hreduce16(v, [](__m512 x, __m512 y) { return _mm512_max_ps(x, y); });
 }
 
 template <int NV, typename KT>
@@ -1157,32 +1165,39 @@ inline __mmask16 lanes_below(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
 }
 
-// One query row: scores s over n keys, of which keys [0, causal) with km != 0 are visible (km is
-// null when every slot is). Writes p = bf16(exp(s - max)) for visible keys and 0 elsewhere, and
-// returns the sum of the rounded p (0 when no key is visible). p is rounded by vcvtneps2bf16,
-// which flushes a denormal (a weight under 2^-126 beside the row maximum's 1) to 0; the sum is of
-// the stored values, so the weights still sum to 1.
-float masked_softmax_row(const float* s, const int32_t* km, int64_t causal, int64_t n, bf16_t* p) {
-  const __m512i zero = _mm512_setzero_si512();
-  auto visible = [&](int64_t j) {
-    const __mmask16 tail = lanes_below(causal - j);
-    if (!km) return tail;
-    return _mm512_mask_cmpneq_epi32_mask(tail, _mm512_maskz_loadu_epi32(tail, km + j), zero);
-  };
-  auto score = [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, s + j); };
+// The softmax of one query row, in two passes so that an item's rows share each transposing
+// reduction (hreduce16): scores s over n keys, of which keys [0, causal) with km != 0 are
+// visible (km is null when every slot is). softmax_max_lanes gives lanes whose max is the row's
+// maximum; softmax_exp_lanes writes p = bf16(exp(s - m)) for visible keys and 0 elsewhere, and
+// gives lanes whose sum is the sum of the rounded p (0 when no key is visible: m = -inf). p is
+// rounded by vcvtneps2bf16, which flushes a denormal (a weight under 2^-126 beside the row
+// maximum's 1) to 0; the sum is of the stored values, so the weights still sum to 1.
+inline __mmask16 visible_keys(const int32_t* km, int64_t causal, int64_t j) {
+  const __mmask16 tail = lanes_below(causal - j);
+  if (!km) return tail;
+  return _mm512_mask_cmpneq_epi32_mask(tail, _mm512_maskz_loadu_epi32(tail, km + j),
+                                       _mm512_setzero_si512());
+}
+
+__m512 softmax_max_lanes(const float* s, const int32_t* km, int64_t causal) {
   __m512 vmax = _mm512_set1_ps(kNegInf);
   for (int64_t j = 0; j < causal; j += 16) {
-    const __mmask16 vis = visible(j);
-    vmax = _mm512_mask_max_ps(vmax, vis, vmax, score(j, vis));
+    const __mmask16 vis = visible_keys(km, causal, j);
+    vmax = _mm512_mask_max_ps(vmax, vis, vmax, _mm512_maskz_loadu_ps(vis, s + j));
   }
-  const float m = _mm512_reduce_max_ps(vmax);
+  return vmax;
+}
+
+__m512 softmax_exp_lanes(const float* s, const int32_t* km, int64_t causal, int64_t n, float m,
+                         bf16_t* p) {
   int64_t j = 0;
   __m512 vsum = _mm512_setzero_ps();
   if (m != kNegInf) {
     const __m512 vm = _mm512_set1_ps(m);
     for (; j < causal; j += 16) {
-      const __mmask16 vis = visible(j);
-      const __m512 e = _mm512_maskz_mov_ps(vis, detail::exp512(_mm512_sub_ps(score(j, vis), vm)));
+      const __mmask16 vis = visible_keys(km, causal, j);
+      const __m512 e = _mm512_maskz_mov_ps(
+          vis, detail::exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(vis, s + j), vm)));
       const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
       _mm256_mask_storeu_epi16(p + j, lanes_below(causal - j), h);
       vsum = _mm512_add_ps(vsum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
@@ -1190,7 +1205,7 @@ float masked_softmax_row(const float* s, const int32_t* km, int64_t causal, int6
     j = causal;
   }
   std::fill(p + j, p + n, bf16_t(0));
-  return _mm512_reduce_add_ps(vsum);
+  return vsum;
 }
 
 void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, const bf16_t* v,
@@ -1219,14 +1234,17 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
     auto* qb = static_cast<bf16_t*>(detail::thread_scratch(kScratchQ, size_t(a.t * a.hq * D) * 2));
     parallel_for(a.t, [&](int64_t t0, int64_t t1) {
       const __m512 vscale = _mm512_set1_ps(a.scale);
-      for (int64_t t = t0; t < t1; ++t)
-        for (int64_t hq = 0; hq < a.hq; ++hq) {
-          const float* src = q + ((b * a.t + t) * a.hq + hq) * D;
-          bf16_t* dst = qb + (((hq / G) * a.t + t) * G + hq % G) * D;
-          for (int64_t c = 0; c < D; c += 16)
+      const int64_t T = a.t;
+      for (int64_t t = t0; t < t1; ++t) {
+        const float* src = q + (b * T + t) * a.hq * D;  // q head h * G + g, g of the group
+        for (int64_t h = 0; h < H; ++h) {
+          bf16_t* dst = qb + (h * T + t) * G * D;
+          for (int64_t c = 0; c < G * D; c += 16)
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c),
                                 detail::cvt_f32_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(src + c), vscale)));
+          src += G * D;
         }
+      }
     });
     // A masked slot's value is zeroed in the panels (P is 0 there, and 0 x NaN from a never-written
     // slot would still be NaN); its key's scores are never read.
@@ -1279,10 +1297,23 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
         bool ran = detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(qs), M, D,
                                             reinterpret_cast<const uint16_t*>(kp + h * k_head),
                                             lk, sc, false, nullptr);
-        float sums[kGemmQueryBlockMax * kRowsMax];
-        for (int64_t i = 0; i < M; ++i) {
-          const int64_t causal = std::clamp<int64_t>(a.slot_offset + t0 + i / G - lo + 1, 0, lk);
-          sums[i] = masked_softmax_row(sc + i * lk, km_holes, causal, lkp, ps + i * lkp);
+        // P = softmax(S) per row, rows 16 at a time through each reduction.
+        auto causal = [&](int64_t i) {  // row i's keys [0, causal) are before its query
+          return std::clamp<int64_t>(a.slot_offset + t0 + i / G - lo + 1, 0, lk);
+        };
+        alignas(64) float row_max[kGemmQueryBlockMax * kRowsMax];
+        alignas(64) float sums[kGemmQueryBlockMax * kRowsMax];
+        for (int64_t r0 = 0; r0 < M; r0 += 16) {
+          __m512 lanes[16];
+          for (int64_t r = 0; r < 16; ++r)
+            lanes[r] = r0 + r < M ? softmax_max_lanes(sc + (r0 + r) * lk, km_holes, causal(r0 + r))
+                                  : _mm512_set1_ps(kNegInf);
+          _mm512_store_ps(row_max + r0, hmax16(lanes));
+          for (int64_t r = 0; r < 16; ++r)
+            lanes[r] = r0 + r < M ? softmax_exp_lanes(sc + (r0 + r) * lk, km_holes, causal(r0 + r),
+                                                      lkp, row_max[r0 + r], ps + (r0 + r) * lkp)
+                                  : _mm512_setzero_ps();
+          _mm512_store_ps(sums + r0, hsum16(lanes));
         }
         // O [M, D] = P [M, lkp] x V [lkp, D]
         ran = ran && detail::gemm_bf16_packed(reinterpret_cast<const uint16_t*>(ps), M, lkp,
@@ -1295,12 +1326,13 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
         for (int64_t i = 0; i < M; ++i) {
           const __m512 inv = _mm512_set1_ps(sums[i] > 0.f ? 1.f / sums[i] : 0.f);
           const float* orow = os + i * D;
+          const int64_t at = row_of(i);  // once a row: the lambda's divide would not be hoisted
           for (int64_t c = 0; c < D; c += 16) {
             const __m512 o = _mm512_mul_ps(_mm512_loadu_ps(orow + c), inv);
             if (out_bf16)
-              detail::store_bf16x16(out_bf16 + row_of(i) + c, o);
+              detail::store_bf16x16(out_bf16 + at + c, o);
             else
-              _mm512_storeu_ps(out_f32 + row_of(i) + c, o);
+              _mm512_storeu_ps(out_f32 + at + c, o);
           }
         }
       }

@@ -361,30 +361,32 @@ struct PanelPrefetch {
   }
 };
 
-// The register tile: R rows of A (bf16 pair words) times one packed 64-column B panel, over
-// `pairs` k pairs on vdpbf16ps, stored into C.
-template <int R>
+// The register tile: R rows of A (bf16 pair words) times the first 16 J columns of one packed
+// 64-column B panel, over `pairs` k pairs on vdpbf16ps, stored into C. J < 4 serves a last panel
+// that is mostly padding (the attention's scores over 16-48 keys), where the full tile would
+// compute up to four times the useful columns.
+template <int R, int J = 4>
 void micro_tile(int64_t pairs, TileA ta, const uint16_t* bp, const TileOut& out) {
   const auto* a = reinterpret_cast<const uint16_t*>(ta.base);
   const int64_t a_rs = ta.rs, a_ps = ta.ps;
-  __m512 acc[R][4];
+  __m512 acc[R][J];
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int j = 0; j < J; ++j) acc[r][j] = _mm512_setzero_ps();
   prefetch_tile_out(R, out);
   PanelPrefetch pf(out, pairs);
   for (int64_t p = 0; p < pairs; ++p, a += a_ps, bp += 2 * kNR) {
     pf.step();
-    const __m512bh b0 = as_bh(_mm512_load_si512(bp)), b1 = as_bh(_mm512_load_si512(bp + 32));
-    const __m512bh b2 = as_bh(_mm512_load_si512(bp + 64)), b3 = as_bh(_mm512_load_si512(bp + 96));
+    __m512bh b[J];
+#pragma GCC unroll 4
+    for (int j = 0; j < J; ++j) b[j] = as_bh(_mm512_load_si512(bp + 32 * j));
+#pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m512bh x = as_bh(_mm512_set1_epi32(load_pair(a + r * a_rs)));
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], b0, x);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], b1, x);
-      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], b2, x);
-      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], b3, x);
+#pragma GCC unroll 4
+      for (int j = 0; j < J; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], b[j], x);
     }
   }
-  store_tile<R>(acc, out);
+  store_tile<R, J>(acc, out);
 }
 
 // One 32-column half (b: its first line) of micro_tile_fma, stored through `half`. a: the tile's
@@ -449,6 +451,14 @@ using TileFn = void (*)(int64_t, TileA, const uint16_t*, const TileOut&);
 constexpr TileFn kDpbf16Tiles[kMR + 1] = {nullptr,       micro_tile<1>, micro_tile<2>,
                                           micro_tile<3>, micro_tile<4>, micro_tile<5>,
                                           micro_tile<6>};
+// [J - 1][R]: the tiles of a panel's first 16 J columns.
+constexpr TileFn kDpbf16NarrowTiles[3][kMR + 1] = {
+    {nullptr, micro_tile<1, 1>, micro_tile<2, 1>, micro_tile<3, 1>, micro_tile<4, 1>,
+     micro_tile<5, 1>, micro_tile<6, 1>},
+    {nullptr, micro_tile<1, 2>, micro_tile<2, 2>, micro_tile<3, 2>, micro_tile<4, 2>,
+     micro_tile<5, 2>, micro_tile<6, 2>},
+    {nullptr, micro_tile<1, 3>, micro_tile<2, 3>, micro_tile<3, 3>, micro_tile<4, 3>,
+     micro_tile<5, 3>, micro_tile<6, 3>}};
 constexpr TileFn kFmaTiles[kFmaMR + 1] = {
     nullptr,            micro_tile_fma<1>,  micro_tile_fma<2>, micro_tile_fma<3>,
     micro_tile_fma<4>,  micro_tile_fma<5>,  micro_tile_fma<6>, micro_tile_fma<7>,
@@ -665,7 +675,11 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
               out.gate = gate_tile;
               if (out.prefetch) out.prefetch += up_offset * 2;  // the next up panel (bytes)
             }
-            P.tiles[rows](pairs, a_tile, bpanel + up_offset, out);
+            // A last panel of at most 48 columns runs on the narrow vdpbf16ps tiles.
+            const TileFn tile = P.tiles == kDpbf16Tiles && !P.swiglu && cols <= 3 * 16
+                                    ? kDpbf16NarrowTiles[(cols + 15) / 16 - 1][rows]
+                                    : P.tiles[rows];
+            tile(pairs, a_tile, bpanel + up_offset, out);
           }
         }
       }

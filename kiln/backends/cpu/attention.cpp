@@ -1301,17 +1301,17 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
         auto causal = [&](int64_t i) {  // row i's keys [0, causal) are before its query
           return std::clamp<int64_t>(a.slot_offset + t0 + i / G - lo + 1, 0, lk);
         };
-        alignas(64) float row_max[kGemmQueryBlockMax * kRowsMax];
         alignas(64) float sums[kGemmQueryBlockMax * kRowsMax];
         for (int64_t r0 = 0; r0 < M; r0 += 16) {
           __m512 lanes[16];
           for (int64_t r = 0; r < 16; ++r)
             lanes[r] = r0 + r < M ? softmax_max_lanes(sc + (r0 + r) * lk, km_holes, causal(r0 + r))
                                   : _mm512_set1_ps(kNegInf);
-          _mm512_store_ps(row_max + r0, hmax16(lanes));
+          alignas(64) float row_max[16];
+          _mm512_store_ps(row_max, hmax16(lanes));
           for (int64_t r = 0; r < 16; ++r)
             lanes[r] = r0 + r < M ? softmax_exp_lanes(sc + (r0 + r) * lk, km_holes, causal(r0 + r),
-                                                      lkp, row_max[r0 + r], ps + (r0 + r) * lkp)
+                                                      lkp, row_max[r], ps + (r0 + r) * lkp)
                                   : _mm512_setzero_ps();
           _mm512_store_ps(sums + r0, hsum16(lanes));
         }

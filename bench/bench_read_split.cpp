@@ -1,8 +1,9 @@
 // How the threads should share a streaming read: each thread's own static half (parallel_for),
 // or grains taken by work stealing (parallel_for_stealing, as the decode GEMVs and, since the
-// thirtieth session, measure_memory_bandwidth share theirs). Passes of the two alternate over one
-// huge-page buffer, so the VM's bandwidth phases meet both alike; for the static split each
-// thread also times its own half, which shows whether one core streams slower than the other.
+// thirtieth session, measure_memory_bandwidth share theirs), over the probe's own read loop
+// (sum_lines). Passes of the two alternate over one huge-page buffer, so the VM's bandwidth
+// phases meet both alike; for the static split each thread also times its own half, which shows
+// whether one core streams slower than the other.
 //
 // Usage: bench_read_split [--gb 1.25] [--rounds 8] [--passes 10]
 #include <algorithm>
@@ -13,38 +14,13 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "kiln/backends/cpu/kernels.h"
 #include "kiln/core/memory.h"
 #include "kiln/core/threads.h"
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 namespace {
 
 using kiln::bench::now_s;
-
-// Sums `lines` 64-byte lines from p: a pure read stream the compiler cannot drop.
-uint64_t sum_lines(const uint64_t* p, int64_t lines) {
-#if defined(__AVX512F__)
-  __m512i a0 = _mm512_setzero_si512(), a1 = a0;
-  const __m512i* q = reinterpret_cast<const __m512i*>(p);
-  for (int64_t i = 0; i + 1 < lines; i += 2) {
-    a0 = _mm512_add_epi64(a0, _mm512_load_si512(q + i));
-    a1 = _mm512_add_epi64(a1, _mm512_load_si512(q + i + 1));
-  }
-  if (lines % 2) a0 = _mm512_add_epi64(a0, _mm512_load_si512(q + lines - 1));
-  alignas(64) uint64_t out[8];  // (GCC 12 warns falsely inside _mm512_reduce_add_epi64)
-  _mm512_store_si512(out, _mm512_add_epi64(a0, a1));
-  uint64_t s = 0;
-  for (uint64_t v : out) s += v;
-  return s;
-#else
-  uint64_t s = 0;
-  for (int64_t i = 0; i < lines * 8; ++i) s += p[i];
-  return s;
-#endif
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -84,14 +60,16 @@ int main(int argc, char** argv) {
       double t0 = now_s();
       kiln::parallel_for(lines, [&](int64_t b, int64_t e) {
         const double s = now_s();
-        sums[size_t(omp_get_thread_num()) * 8] += sum_lines(words + b * 8, e - b);
+        sums[size_t(omp_get_thread_num()) * 8] +=
+            kiln::cpu::sum_lines(words + b * 8, e - b, /*prefetch=*/false);
         ms[size_t(omp_get_thread_num())] = (now_s() - s) * 1e3;
       }, 1 << 12);
       fixed.push_back(double(bytes) / (now_s() - t0) / 1e9);
       for (int t = 0; t < threads; ++t) own_ms[size_t(t)].push_back(ms[size_t(t)]);
       t0 = now_s();
       kiln::parallel_for_stealing(lines, 2048, [&](int64_t b, int64_t e) {
-        sums[size_t(omp_get_thread_num()) * 8] += sum_lines(words + b * 8, e - b);
+        sums[size_t(omp_get_thread_num()) * 8] +=
+            kiln::cpu::sum_lines(words + b * 8, e - b, /*prefetch=*/false);
       }, 1 << 12);
       stolen.push_back(double(bytes) / (now_s() - t0) / 1e9);
     }

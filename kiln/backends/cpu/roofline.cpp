@@ -20,40 +20,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Sums `lines` 64-byte lines starting at p (64-byte aligned): a pure read stream the compiler
-// cannot drop. With `prefetch`, each line 4 KiB ahead is fetched into L2 first, as the decode GEMV
-// does on Intel cores (gemv_bf16.cpp), so that the yardstick reads at least as fast as the kernel
-// can.
-uint64_t sum_lines(const uint64_t* p, int64_t lines, bool prefetch) {
-#if defined(__AVX512F__)
-  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-  const __m512i* q = reinterpret_cast<const __m512i*>(p);
-  const __m512i* end = q + lines;
-  for (; end - q >= 4; q += 4) {
-    if (prefetch)
-      for (int i = 0; i < 4; ++i)
-        _mm_prefetch(reinterpret_cast<const char*>(q + 64 + i), _MM_HINT_T1);
-    a0 = _mm512_add_epi64(a0, _mm512_load_si512(q));
-    a1 = _mm512_add_epi64(a1, _mm512_load_si512(q + 1));
-    a2 = _mm512_add_epi64(a2, _mm512_load_si512(q + 2));
-    a3 = _mm512_add_epi64(a3, _mm512_load_si512(q + 3));
-  }
-  for (; q < end; ++q) a0 = _mm512_add_epi64(a0, _mm512_load_si512(q));
-  alignas(64) uint64_t out[8];
-  _mm512_store_si512(out, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
-  uint64_t s = 0;
-  for (uint64_t v : out) s += v;
-  return s;
-#else
-  (void)prefetch;
-  uint64_t s[8] = {};
-  for (int64_t i = 0; i < lines; ++i)
-    for (int j = 0; j < 8; ++j) s[j] += p[8 * i + j];
-  uint64_t t = 0;
-  for (uint64_t v : s) t += v;
-  return t;
-#endif
-}
 
 // Register-only chains of one multiply-add instruction (no memory traffic): 12 independent
 // accumulators cover a 4-5 cycle latency at two instructions a cycle. Each returns a value
@@ -132,6 +98,41 @@ double chains_rate(float (*chains)(int64_t), double flops_per_iter, int64_t iter
 }
 
 }  // namespace
+
+// Sums `lines` 64-byte lines starting at p (64-byte aligned): a pure read stream the compiler
+// cannot drop. With `prefetch`, each line 4 KiB ahead is fetched into L2 first, as the decode GEMV
+// does on Intel cores (gemv_bf16.cpp), so that the yardstick reads at least as fast as the kernel
+// can.
+uint64_t sum_lines(const uint64_t* p, int64_t lines, bool prefetch) {
+#if defined(__AVX512F__)
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  const __m512i* q = reinterpret_cast<const __m512i*>(p);
+  const __m512i* end = q + lines;
+  for (; end - q >= 4; q += 4) {
+    if (prefetch)
+      for (int i = 0; i < 4; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(q + 64 + i), _MM_HINT_T1);
+    a0 = _mm512_add_epi64(a0, _mm512_load_si512(q));
+    a1 = _mm512_add_epi64(a1, _mm512_load_si512(q + 1));
+    a2 = _mm512_add_epi64(a2, _mm512_load_si512(q + 2));
+    a3 = _mm512_add_epi64(a3, _mm512_load_si512(q + 3));
+  }
+  for (; q < end; ++q) a0 = _mm512_add_epi64(a0, _mm512_load_si512(q));
+  alignas(64) uint64_t out[8];
+  _mm512_store_si512(out, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  uint64_t s = 0;
+  for (uint64_t v : out) s += v;
+  return s;
+#else
+  (void)prefetch;
+  uint64_t s[8] = {};
+  for (int64_t i = 0; i < lines; ++i)
+    for (int j = 0; j < 8; ++j) s[j] += p[8 * i + j];
+  uint64_t t = 0;
+  for (uint64_t v : s) t += v;
+  return t;
+#endif
+}
 
 bool f32_fma_outruns_dpbf16() {
 #if defined(__x86_64__)

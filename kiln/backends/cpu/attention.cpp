@@ -1229,27 +1229,28 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
     auto* kp = static_cast<bf16_t*>(detail::thread_scratch(kScratchK, size_t(H * k_head) * 2));
     auto* vp = static_cast<bf16_t*>(detail::thread_scratch(kScratchV, size_t(H * v_head) * 2));
     // This row's q, pre-scaled and rounded to bf16, as each kv head's GEMM rows: [H][T][G][D], so
-    // an item's rows (t, g) are one contiguous matrix. Converted in one streaming pass over q
-    // (the items' strided reads of f32 q rows, 1 KiB every 8 KiB, waited on memory).
+    // an item's rows (t, g) are one contiguous matrix.
     auto* qb = static_cast<bf16_t*>(detail::thread_scratch(kScratchQ, size_t(a.t * a.hq * D) * 2));
-    parallel_for(a.t, [&](int64_t t0, int64_t t1) {
-      const __m512 vscale = _mm512_set1_ps(a.scale);
-      const int64_t T = a.t;
-      for (int64_t t = t0; t < t1; ++t) {
-        const float* src = q + (b * T + t) * a.hq * D;  // q head h * G + g, g of the group
-        for (int64_t h = 0; h < H; ++h) {
-          bf16_t* dst = qb + (h * T + t) * G * D;
-          for (int64_t c = 0; c < G * D; c += 16)
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c),
-                                detail::cvt_f32_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(src + c), vscale)));
-          src += G * D;
+    // One pass per kv head prepares its items' operands: q converted, K and V packed. A thread
+    // prepares the heads whose items it starts on (parallel_for_stealing below begins each thread
+    // on its own contiguous run, as this split does), so it reads its own writes. Its q rows come
+    // t by t, the thread's heads side by side (G * D * 4 bytes a head): the items' strided reads
+    // of f32 q, 1 KiB every 8 KiB, had waited on memory. A masked slot's value is zeroed in the
+    // panels (P is 0 there, and 0 x NaN from a never-written slot would still be NaN); its key's
+    // scores are never read.
+    const int64_t slot_stride = H * D;
+    parallel_for(H, [&, T = a.t, hq = a.hq, scale = a.scale](int64_t h0, int64_t h1) {
+      const __m512 vscale = _mm512_set1_ps(scale);
+      const int64_t run = G * D;  // one head's q values of one query
+      bf16_t* const qdst = qb;   // locals: the stores below may alias a captured reference
+      for (int64_t t = 0; t < T; ++t) {
+        const float* src = q + ((b * T + t) * hq + h0 * G) * D;
+        for (int64_t h = h0; h < h1; ++h, src += run) {
+          bf16_t* dst = qdst + (h * T + t) * run;
+          for (int64_t c = 0; c < run; c += 16)
+            detail::store_bf16x16(dst + c, _mm512_mul_ps(_mm512_loadu_ps(src + c), vscale));
         }
       }
-    });
-    // A masked slot's value is zeroed in the panels (P is 0 there, and 0 x NaN from a never-written
-    // slot would still be NaN); its key's scores are never read.
-    const int64_t slot_stride = H * D;
-    parallel_for(H, [&](int64_t h0, int64_t h1) {
       for (int64_t h = h0; h < h1; ++h) {
         const int64_t first = (b * a.l + lo) * slot_stride + h * D;
         auto* kh = reinterpret_cast<uint16_t*>(kp + h * k_head);
@@ -1322,18 +1323,22 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
         // An invariant (even K, AVX512_BF16 compiled in), checked where checks are on.
         KILN_DCHECK(ran, "attention: the bf16 GEMM did not run (D = ", D, ", keys ", lkp, ")");
         (void)ran;
-        // O / sum, scaled as it is stored (D % 16 == 0 on this path).
+        // O / sum, scaled as it is stored (D % 16 == 0 on this path). The output pointers and D
+        // are locals, so the stores (which may alias any captured reference) do not make the
+        // compiler reload them for every 16 values.
+        bf16_t* const ob = out_bf16;
+        float* const of = out_f32;
+        const int64_t d = D;
         for (int64_t i = 0; i < M; ++i) {
           const __m512 inv = _mm512_set1_ps(sums[i] > 0.f ? 1.f / sums[i] : 0.f);
-          const float* orow = os + i * D;
+          const float* orow = os + i * d;
           const int64_t at = row_of(i);  // once a row: the lambda's divide would not be hoisted
-          for (int64_t c = 0; c < D; c += 16) {
-            const __m512 o = _mm512_mul_ps(_mm512_loadu_ps(orow + c), inv);
-            if (out_bf16)
-              detail::store_bf16x16(out_bf16 + at + c, o);
-            else
-              _mm512_storeu_ps(out_f32 + at + c, o);
-          }
+          if (ob)
+            for (int64_t c = 0; c < d; c += 16)
+              detail::store_bf16x16(ob + at + c, _mm512_mul_ps(_mm512_loadu_ps(orow + c), inv));
+          else
+            for (int64_t c = 0; c < d; c += 16)
+              _mm512_storeu_ps(of + at + c, _mm512_mul_ps(_mm512_loadu_ps(orow + c), inv));
         }
       }
     });

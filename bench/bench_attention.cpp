@@ -133,7 +133,11 @@ void BM_AttentionPrefill(benchmark::State& state) {
   kiln::Tensor v = filled({b, t, kHkv, kD}, kiln::DType::bf16, 1.f);
   kiln::Tensor mask = kiln::Tensor::from_vector(std::vector<int32_t>(size_t(b * t), 1), {b, t});
   kiln::Tensor out = kiln::Tensor::empty({b, t, kHq, kD}, kiln::DType::bf16);
+  // cold: q, K and V come from memory (in a model, from the qkv projection's output, which the
+  // weight stream of the GEMMs may have pushed out of the caches).
+  kiln::bench::CacheFlush flush(state.range(2) != 0);
   for (auto _ : state) {
+    flush(state);
     kiln::cpu::attention(q, k, v, mask, 0, out);
     benchmark::DoNotOptimize(out.raw());
   }
@@ -141,11 +145,13 @@ void BM_AttentionPrefill(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_AttentionPrefill)
-    ->ArgNames({"B", "T"})
-    ->Args({1, 128})
-    ->Args({1, 256})
-    ->Args({1, 512})
-    ->Args({4, 512})
+    ->ArgNames({"B", "T", "cold"})
+    ->Args({1, 128, 0})
+    ->Args({1, 128, 1})
+    ->Args({1, 256, 0})
+    ->Args({1, 512, 0})
+    ->Args({1, 512, 1})
+    ->Args({4, 512, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -6,7 +6,7 @@
 //    (flash-decoding, per-chunk (max, sum, acc) partials merged at the end) only where batch rows
 //    leave threads idle. This path is memory bound: it reads each K/V byte once, the q heads of a
 //    group sharing the read. Scores are computed per block of 16 slots (AVX2: 8), the
-//    online softmax updated once per 64.
+//    online softmax updated once per superblock of 16 (AVX2: 32), whose K and V are read ahead.
 //  - prefill (AVX-512 or AVX2 + FMA): work items are (batch, kv head, block of queries); the rows
 //    of an item are all (query, q head of the group) pairs, so a group's q heads share each K/V
 //    block. Scores are computed transposed (S^T [keys, rows] = K Q^T with Q^T prepared once per
@@ -189,12 +189,17 @@ using detail::VecF, detail::kLanes, detail::vload, detail::vset1, detail::vzero,
     detail::vmul, detail::vfmadd, detail::vadd, detail::vsub, detail::vmax, detail::vexp,
     detail::vreduce_max, detail::vreduce_add, detail::vselect_bits;
 
-// Slots per decode online-softmax update: scores for 4 blocks of kLanes slots, then one
-// max/exp/rescale and one pass of p V, so the update's serial reductions and acc's rescaling are
-// paid once per 64 slots (AVX-512) or 32 (AVX2: with the superblock's K and V spans read ahead
-// into L2, 32 kept more of that read in cache than 64 on the Zen 3, 68-75 % of a plain read
-// against 59-66 % in bench_attention's model-like row).
-constexpr int64_t kSuperSlots = 4 * kLanes;
+// Slots per decode superblock: its K and V spans are read ahead (decode_chunk), then scored in
+// blocks of kLanes slots, with one online-softmax update and one pass of p V. AVX-512: one block
+// of 16 slots. Against 64 (four blocks, until the thirty-second session) on the Zen 5: the
+// model-like row (BM_AttentionDecodeLayers, binaries alternated) read 1.09-1.52x more of a
+// plain read's speed at L = 512 and 1.02-1.31x at 2048, 32 in between; in the model at P = 512
+// the decode attention took 2.1-2.4 against 2.5-3.3 ms a step (7 of 7 pairs). The shorter the
+// compute between two span reads, the less the core's memory stream stands still. With K and V
+// already in cache (not a model's case) the extra updates cost 5-30 %. AVX2: four blocks of 8
+// (32 kept more of that read in cache than 64 on the Zen 3, 68-75 % of a plain read against
+// 59-66 %; 8 not measured).
+constexpr int64_t kSuperSlots = kLanes == 16 ? 16 : 4 * kLanes;
 
 // The register tiles both ISAs use, in the build's vector (simd.h: 16 or 8 lanes). The
 // `#pragma GCC unroll`s keep the accumulator arrays in registers: without them GCC 12 left AVX2's

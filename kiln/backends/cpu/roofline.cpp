@@ -102,22 +102,30 @@ double chains_rate(float (*chains)(int64_t), double flops_per_iter, int64_t iter
 // Sums `lines` 64-byte lines starting at p (64-byte aligned): a pure read stream the compiler
 // cannot drop. With `prefetch`, each line 4 KiB ahead is fetched into L2 first, as the decode GEMV
 // does on Intel cores (gemv_bf16.cpp), so that the yardstick reads at least as fast as the kernel
-// can.
-uint64_t sum_lines(const uint64_t* p, int64_t lines, bool prefetch) {
+// can. With two streams, the halves [0, lines / 2) and [lines / 2, lines) are read side by side.
+uint64_t sum_lines(const uint64_t* p, int64_t lines, bool prefetch, int streams) {
+  KILN_CHECK(streams == 1 || streams == 2, "sum_lines: streams = ", streams, " must be 1 or 2");
 #if defined(__AVX512F__)
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-  const __m512i* q = reinterpret_cast<const __m512i*>(p);
-  const __m512i* end = q + lines;
-  for (; end - q >= 4; q += 4) {
-    if (prefetch)
-      for (int i = 0; i < 4; ++i)
-        _mm_prefetch(reinterpret_cast<const char*>(q + 64 + i), _MM_HINT_T1);
-    a0 = _mm512_add_epi64(a0, _mm512_load_si512(q));
-    a1 = _mm512_add_epi64(a1, _mm512_load_si512(q + 1));
-    a2 = _mm512_add_epi64(a2, _mm512_load_si512(q + 2));
-    a3 = _mm512_add_epi64(a3, _mm512_load_si512(q + 3));
-  }
-  for (; q < end; ++q) a0 = _mm512_add_epi64(a0, _mm512_load_si512(q));
+  const auto* first = reinterpret_cast<const __m512i*>(p);
+  const int64_t per_stream = lines / streams;  // stream s: lines [s * per_stream, + per_stream)
+  int64_t i = 0;
+  for (; i + 4 <= per_stream; i += 4)
+    for (int s = 0; s < streams; ++s) {
+      const __m512i* q = first + s * per_stream + i;
+      if (prefetch)
+        for (int j = 0; j < 4; ++j)
+          _mm_prefetch(reinterpret_cast<const char*>(q + 64 + j), _MM_HINT_T1);
+      a0 = _mm512_add_epi64(a0, _mm512_load_si512(q));
+      a1 = _mm512_add_epi64(a1, _mm512_load_si512(q + 1));
+      a2 = _mm512_add_epi64(a2, _mm512_load_si512(q + 2));
+      a3 = _mm512_add_epi64(a3, _mm512_load_si512(q + 3));
+    }
+  for (int s = 0; s < streams; ++s)  // each stream's last < 4 lines
+    for (int64_t j = i; j < per_stream; ++j)
+      a0 = _mm512_add_epi64(a0, _mm512_load_si512(first + s * per_stream + j));
+  for (int64_t j = streams * per_stream; j < lines; ++j)  // an odd line left over
+    a0 = _mm512_add_epi64(a0, _mm512_load_si512(first + j));
   alignas(64) uint64_t out[8];
   _mm512_store_si512(out, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
   uint64_t s = 0;
@@ -194,22 +202,25 @@ double measure_memory_bandwidth(size_t bytes) {
   for (int rep = 0; rep < 20; ++rep) {
     std::vector<uint64_t> partial(size_t(num_threads()) * 8, 0);
     const double t0 = now_s();
-    // Chunks aligned to 64 bytes (8 words) so the aligned loads are valid. Passes alternate plain
-    // reads and reads with a software prefetch; the best of all counts. The threads share the
-    // lines by work stealing, as the decode GEMVs share their blocks: with a static half each,
-    // the pass waits for the slower core, and on this VM one core often streams 10-20 % slower
-    // (then a static split read 5-20 % below a stealing one; level where the cores ran alike:
-    // docs/benchmarks.md, thirtieth session).
+    // Chunks aligned to 64 bytes (8 words) so the aligned loads are valid. Passes take turns:
+    // a plain read, a read with a software prefetch, and a read of two 128 KiB streams side by
+    // side per core (as the decode GEMVs walk their blocks); the best of all counts. The threads
+    // share the lines by work stealing, as the decode GEMVs share their blocks: with a static
+    // half each, the pass waits for the slower core, and on this VM one core often streams
+    // 10-20 % slower (then a static split read 5-20 % below a stealing one; level where the cores
+    // ran alike: docs/benchmarks.md, thirtieth session).
     const int64_t lines = n / 8;
-    const bool prefetch = rep % 2 == 1;
+    const bool prefetch = rep % 3 == 1;
+    const int streams = rep % 3 == 2 ? 2 : 1;
     constexpr int64_t kGrainLines = 2048;  // 128 KiB, about one decode GEMV block
-    parallel_for_stealing(lines, kGrainLines, [&](int64_t b, int64_t e) {
-      partial[size_t(omp_get_thread_num()) * 8] += sum_lines(words + b * 8, e - b, prefetch);
+    parallel_for_stealing(lines, streams * kGrainLines, [&](int64_t b, int64_t e) {
+      partial[size_t(omp_get_thread_num()) * 8] +=
+          sum_lines(words + b * 8, e - b, prefetch, streams);
     }, 1 << 12);
     const double t = now_s() - t0;
     for (uint64_t v : partial) sink = sink + v;
     best = std::max(best, double(buffer_bytes) / t);
-    if (rep >= 5 && now_s() - t_start > 0.5) break;
+    if (rep >= 5 && now_s() - t_start > 0.5) break;  // two passes of each kind at least
   }
   return best;
 }

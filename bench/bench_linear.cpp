@@ -6,8 +6,10 @@
 //   (measure_arithmetic_peak: vdpbf16ps where the CPU has AVX512_BF16, ~836 GFLOP/s on the 2-core
 //   Zen 5 of shared/MACHINE.md; f32 FMAs elsewhere) or --peak, and vs measure_gemm_peak(bf16).
 // Every layer gets its own packed copy, as in the real model, so decode cannot hit in cache.
-// Decode's model order alternates with a plain read of the same bytes, repeat by repeat; the median
-// of their paired ratios is the figure this VM's bandwidth phases move least.
+// Decode's model order alternates with plain reads of the same bytes, repeat by repeat: one block
+// at a time (one stream a core, as the GEMVs walk them), and two blocks side by side (two streams
+// a core, the faster read on the Zen 5 VM, which measure_memory_bandwidth takes too); the medians
+// of the paired ratios are the figures this VM's bandwidth phases move least.
 //
 // Usage: OMP_NUM_THREADS=2 bench_linear [--reps R] [--layers L] [--peak GFLOPS] [--m 1,128,512]
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,19 +41,22 @@ struct Shape {
   int64_t n, k;
 };
 
-// Times of `reps` runs of each of two steps on a spinning team (kiln/core/threads.h), taken in
-// turn (a, b, a, b, ...) so that both meet the same phases of the machine's memory bandwidth.
-template <typename StepA, typename StepB>
-void time_alternated(int reps, StepA&& a, StepB&& b, std::vector<double>& ta,
-                     std::vector<double>& tb) {
-  for (int r = 0; r < reps; ++r) {
-    double t0 = now_s();
-    kiln::run_with_spinning_team(a);
-    ta.push_back(now_s() - t0);
-    t0 = now_s();
-    kiln::run_with_spinning_team(b);
-    tb.push_back(now_s() - t0);
-  }
+// Times of `reps` runs of each step on a spinning team (kiln/core/threads.h), taken in turn so
+// that all meet the same phases of the machine's memory bandwidth, each round starting one step
+// later (a b c, b c a, c a b, ...): on this VM the first of a round often ran ahead. times[i][r] is
+// step i's time in round r.
+std::vector<std::vector<double>> time_in_turn(int reps,
+                                              const std::vector<std::function<void()>>& steps) {
+  const size_t n = steps.size();
+  std::vector<std::vector<double>> times(n);
+  for (int r = 0; r < reps; ++r)
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = (size_t(r) + j) % n;
+      const double t0 = now_s();
+      kiln::run_with_spinning_team(steps[i]);
+      times[i].push_back(now_s() - t0);
+    }
+  return times;
 }
 
 // Bytes to read in blocks of one packed 64-column block's size (K x 64 bf16).
@@ -67,18 +73,15 @@ ReadBuffer touched_bytes(size_t n, int64_t k) {
 
 std::atomic<uint64_t> read_sink{0};
 
-// Reads every byte of r once, its blocks shared as gemv_bf16 shares a weight's blocks.
-void read_blocks(const ReadBuffer& r) {
+// Reads every byte of r once, its blocks shared as gemv_bf16 shares a weight's blocks, `streams`
+// blocks at a time side by side (kiln::cpu::sum_lines): one, as gemv_bf16 walks them, or two.
+void read_blocks(const ReadBuffer& r, int streams) {
   const auto* base = reinterpret_cast<const char*>(r.bytes.data<uint16_t>());
   const int64_t blocks = int64_t(r.bytes.numel() * 2) / r.block_bytes;
-  kiln::parallel_for_stealing(blocks, 1, [&](int64_t b0, int64_t b1) {
-    // Eight independent sums (one cache line per step); the compiler vectorises the loop.
-    uint64_t sum[8] = {};
-    const auto* p = reinterpret_cast<const uint64_t*>(base + b0 * r.block_bytes);
-    const auto* end = reinterpret_cast<const uint64_t*>(base + b1 * r.block_bytes);
-    for (; p < end; p += 8)
-      for (int i = 0; i < 8; ++i) sum[i] += p[i];
-    read_sink += sum[0] ^ sum[7];
+  kiln::parallel_for_stealing(blocks, streams, [&](int64_t b0, int64_t b1) {
+    read_sink += kiln::cpu::sum_lines(reinterpret_cast<const uint64_t*>(base + b0 * r.block_bytes),
+                                      (b1 - b0) * r.block_bytes / 64, /*prefetch=*/false,
+                                      /*streams=*/int(b1 - b0));
   });
 }
 
@@ -262,38 +265,46 @@ int main(int argc, char** argv) {
       // as a model's decode step runs them: what a model sees.
       std::vector<Tensor> ys;
       for (const Shape& sh : shapes) ys.push_back(Tensor::empty({M, sh.n}, DType::f32));
-      // A plain read of as many bytes, in buffers of the same sizes, in the same calls split the
-      // same way (64-column blocks shared by work stealing): the memory's limit for this access
-      // pattern, which a GEMV at the roofline matches. Each repeat of the model order is paired
-      // with a plain read right after it.
+      // Plain reads of as many bytes, in buffers of the same sizes, in the same calls split the
+      // same way (64-column blocks shared by work stealing): one block at a time, the GEMVs'
+      // access pattern, and two side by side, the fastest read found (what a GEMV at the
+      // roofline would match). Each repeat of the model order is paired with one of each, the
+      // order of the three turning every repeat.
       if (read_bufs.empty()) {
         for (int l = 0; l < layers; ++l)
           for (size_t s = 0; s < shapes.size(); ++s)
             read_bufs.push_back(touched_bytes(packed[s][0]->bytes(), shapes[s].k));
         read_bufs.push_back(touched_bytes(lm_head->bytes(), 1024));
       }
-      std::vector<double> times, reads;
-      time_alternated(
-          reps,
-          [&] {
-            for (int l = 0; l < layers; ++l)
-              for (size_t s = 0; s < shapes.size(); ++s) {
-                Tensor xs =
-                    x.reshape({M * 3072}).slice0(0, M * shapes[s].k).reshape({M, shapes[s].k});
-                linear(xs, *packed[s][size_t(l)], ys[s]);
-              }
-            Tensor xs = x.reshape({M * 3072}).slice0(0, M * 1024).reshape({M, 1024});
-            linear(xs, *lm_head, y);
-          },
-          [&] {
-            for (const ReadBuffer& r : read_bufs) read_blocks(r);
-          },
-          times, reads);
-      std::vector<double> paired;  // the model order's speed over its paired read's
-      for (size_t r = 0; r < times.size(); ++r) paired.push_back(reads[r] / times[r]);
+      const auto timed = time_in_turn(
+          reps, {[&] {
+                   for (int l = 0; l < layers; ++l)
+                     for (size_t s = 0; s < shapes.size(); ++s) {
+                       Tensor xs = x.reshape({M * 3072})
+                                       .slice0(0, M * shapes[s].k)
+                                       .reshape({M, shapes[s].k});
+                       linear(xs, *packed[s][size_t(l)], ys[s]);
+                     }
+                   Tensor xs = x.reshape({M * 3072}).slice0(0, M * 1024).reshape({M, 1024});
+                   linear(xs, *lm_head, y);
+                 },
+                 [&] {
+                   for (const ReadBuffer& r : read_bufs) read_blocks(r, 2);
+                 },
+                 [&] {
+                   for (const ReadBuffer& r : read_bufs) read_blocks(r, 1);
+                 }});
+      std::vector<double> times = timed[0], reads = timed[1], reads_one = timed[2];
+      // The model order's speed over its paired reads': two streams a core, and one.
+      std::vector<double> paired, paired_one;
+      for (size_t r = 0; r < times.size(); ++r) {
+        paired.push_back(reads[r] / times[r]);
+        paired_one.push_back(reads_one[r] / times[r]);
+      }
       std::sort(times.begin(), times.end());
       std::sort(reads.begin(), reads.end());
       std::sort(paired.begin(), paired.end());
+      std::sort(paired_one.begin(), paired_one.end());
       // The best repeat, as the rows above, and the median, which is what `kiln bench` reports
       // (its decode tokens/s and KILN_PROFILE's per-op times are not best-of).
       std::printf("M=%-4lld the same in model order:        %.2f ms, %.1f GB/s (%.0f%% of bw);"
@@ -301,15 +312,19 @@ int main(int argc, char** argv) {
                   (long long)M, times.front() * 1e3, sum_bytes / times.front() / 1e9,
                   100 * sum_bytes / times.front() / bw, times[times.size() / 2] * 1e3,
                   sum_bytes / times[times.size() / 2] / 1e9);
-      std::printf("M=%-4lld plain read of the same bytes:   %.2f ms, %.1f GB/s (%.0f%% of bw);"
+      std::printf("M=%-4lld plain read, two streams a core: %.2f ms, %.1f GB/s (%.0f%% of bw);"
                   " median %.2f ms, %.1f GB/s\n",
                   (long long)M, reads.front() * 1e3, sum_bytes / reads.front() / 1e9,
                   100 * sum_bytes / reads.front() / bw, reads[reads.size() / 2] * 1e3,
                   sum_bytes / reads[reads.size() / 2] / 1e9);
-      std::printf("M=%-4lld model order / its paired plain read: median %.3f (quartiles %.3f,"
-                  " %.3f) of the read's speed\n\n",
+      std::printf("M=%-4lld model order / its paired read of two streams a core: median %.3f"
+                  " (quartiles %.3f, %.3f)\n",
                   (long long)M, paired[paired.size() / 2], paired[paired.size() / 4],
                   paired[3 * paired.size() / 4]);
+      std::printf("M=%-4lld model order / its paired read of one stream a core:  median %.3f"
+                  " (quartiles %.3f, %.3f)\n\n",
+                  (long long)M, paired_one[paired_one.size() / 2], paired_one[paired_one.size() / 4],
+                  paired_one[3 * paired_one.size() / 4]);
     } else {
       std::printf("M=%-4lld all linears: %.1f ms, %.0f GFLOP/s (%.0f%% of machine peak),"
                   " %.0f tokens/s\n",

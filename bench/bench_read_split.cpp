@@ -1,9 +1,11 @@
 // How the threads should share a streaming read: each thread's own static half (parallel_for),
 // or grains taken by work stealing (parallel_for_stealing, as the decode GEMVs and, since the
 // thirtieth session, measure_memory_bandwidth share theirs), over the probe's own read loop
-// (sum_lines). Passes of the two alternate over one huge-page buffer, so the VM's bandwidth
-// phases meet both alike; for the static split each thread also times its own half, which shows
-// whether one core streams slower than the other.
+// (sum_lines); and stealing pairs of grains, each pair read as two streams side by side (as the
+// decode GEMVs walk two blocks at once since the thirty-third session). Passes of the three
+// alternate over one huge-page buffer, so the VM's bandwidth phases meet all alike; for the
+// static split each thread also times its own half, which shows whether one core streams slower
+// than the other.
 //
 // Usage: bench_read_split [--gb 1.25] [--rounds 8] [--passes 10]
 #include <algorithm>
@@ -53,7 +55,7 @@ int main(int argc, char** argv) {
               double(bytes) / 1e9, passes);
   std::vector<uint64_t> sums(size_t(threads) * 8, 0);
   for (int r = 0; r < rounds; ++r) {
-    std::vector<double> fixed, stolen;
+    std::vector<double> fixed, stolen, two_streams;
     std::vector<std::vector<double>> own_ms(static_cast<size_t>(threads));
     for (int p = 0; p < passes; ++p) {
       std::vector<double> ms(size_t(threads), 0);
@@ -72,12 +74,20 @@ int main(int argc, char** argv) {
             kiln::cpu::sum_lines(words + b * 8, e - b, /*prefetch=*/false);
       }, 1 << 12);
       stolen.push_back(double(bytes) / (now_s() - t0) / 1e9);
+      t0 = now_s();
+      kiln::parallel_for_stealing(lines, 2 * 2048, [&](int64_t b, int64_t e) {
+        sums[size_t(omp_get_thread_num()) * 8] +=
+            kiln::cpu::sum_lines(words + b * 8, e - b, /*prefetch=*/false, /*streams=*/2);
+      }, 1 << 12);
+      two_streams.push_back(double(bytes) / (now_s() - t0) / 1e9);
     }
     std::printf("round %d: static halves best %.1f, median %.1f GB/s (each thread's half, median ms:",
                 r, *std::max_element(fixed.begin(), fixed.end()), median(fixed));
     for (int t = 0; t < threads; ++t) std::printf(" %.1f", median(own_ms[size_t(t)]));
-    std::printf(") | stealing best %.1f, median %.1f GB/s\n",
-                *std::max_element(stolen.begin(), stolen.end()), median(stolen));
+    std::printf(") | stealing best %.1f, median %.1f GB/s | two streams a core best %.1f, median"
+                " %.1f GB/s\n",
+                *std::max_element(stolen.begin(), stolen.end()), median(stolen),
+                *std::max_element(two_streams.begin(), two_streams.end()), median(two_streams));
   }
   uint64_t total = 0;
   for (uint64_t s : sums) total += s;

@@ -1,12 +1,12 @@
 // What a core's loop does to its read rate: the same bytes (128 KiB blocks, shared two at a time
 // by work stealing, as the decode GEMVs share a weight's blocks) read by loops that differ only in
-// what consumes each loaded line. Passes of every loop take turns, each round starting one loop
+// what consumes each loaded line. Passes of every loop take turns, each pass starting one loop
 // later, so the VM's bandwidth phases meet all alike.
 //
 // On the Zen 5 VM of the thirty-third session (docs/benchmarks.md), two streams a core read
-// fastest in most rounds, with integer sums or with the GEMV's vdpbf16ps (3-20 % over one
-// integer stream); the f32 add tree read slowest. The real GEMV walking two blocks at once was
-// level with one block in bench_linear (13 alternated runs), so it walks one.
+// fastest in most rounds, with integer sums (3-22 % over one stream) or about as fast with the
+// GEMV's vdpbf16ps; the f32 add tree read slowest. The real GEMV walking two blocks at once was
+// level with one block in bench_linear (15 alternated runs), so it walks one.
 //
 // Usage: bench_read_loops [--gb 1.25] [--rounds 6] [--passes 6]
 #include <algorithm>

@@ -153,7 +153,9 @@ double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scal
 // that it frees on return; the process's peak RSS still counts it, so call it before loading a
 // model. Size it like the reads it is a yardstick for: on this VM a 1.2 GB buffer, a decode step's
 // weights, read 4-14 % slower (median) than a 256 MiB one, interleaved (docs/benchmarks.md). The
-// threads share the read by work stealing, as the decode GEMVs do.
+// threads share the read by work stealing, as the decode GEMVs do, and the best of three kinds of
+// pass counts: one stream a core, the same with a software prefetch, and two streams a core side
+// by side (on the Zen 5 VM 3-30 % faster than one, and faster than the GEMVs; bench_read_loops).
 constexpr size_t kMinBandwidthBytes = size_t(256) << 20;
 double measure_memory_bandwidth(size_t bytes = kMinBandwidthBytes);
 // The read loop measure_memory_bandwidth times (bench_read_split times its splits): the sum of

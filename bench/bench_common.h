@@ -3,8 +3,12 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kiln/core/dtype.h"
@@ -63,5 +67,33 @@ class CacheFlush {
  private:
   std::vector<float> data_;
 };
+
+// The middle value of v (the upper of the two middle ones for an even count).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The arguments of the streaming-read benchmarks (bench_read_split, bench_read_loops).
+struct ReadArgs {
+  double gb = 1.25;  // buffer size
+  int rounds = 6;    // lines printed
+  int passes = 6;    // passes of each variant a round
+};
+// Parses --gb, --rounds and --passes into args; false, with a message, on anything else.
+inline bool parse_read_args(int argc, char** argv, ReadArgs& args) {
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (i + 1 < argc && a == "--gb") args.gb = std::atof(argv[i + 1]);
+    else if (i + 1 < argc && a == "--rounds") args.rounds = std::atoi(argv[i + 1]);
+    else if (i + 1 < argc && a == "--passes") args.passes = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown argument %s (known: --gb G, --rounds R, --passes P)\n",
+                   a.c_str());
+      return false;
+    }
+  }
+  return true;
+}
 
 }  // namespace kiln::bench

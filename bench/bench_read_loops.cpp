@@ -26,6 +26,7 @@
 
 namespace {
 
+using kiln::bench::median;
 using kiln::bench::now_s;
 
 constexpr int64_t kBlockLines = 2048;  // 128 KiB: a K = 1024 weight's 64-column block
@@ -94,26 +95,13 @@ float dpbf16_blocks(const char* p, int64_t blocks) {
   return reduce(total);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  double gb = 1.25;
-  int rounds = 6, passes = 6;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--gb") gb = std::atof(argv[i + 1]);
-    else if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
-    else if (a == "--passes") passes = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "unknown argument %s (known: --gb, --rounds, --passes)\n", a.c_str());
-      return 2;
-    }
-  }
+  kiln::bench::ReadArgs args;
+  if (!kiln::bench::parse_read_args(argc, argv, args)) return 2;
+  const double gb = args.gb;
+  const int rounds = args.rounds, passes = args.passes;
   const int64_t block_bytes = kBlockLines * 64;
   const int64_t blocks = std::max<int64_t>(2, int64_t(gb * 1e9) / block_bytes / 2 * 2);
   const size_t bytes = size_t(blocks * block_bytes);

@@ -20,30 +20,16 @@
 #include "kiln/core/memory.h"
 #include "kiln/core/threads.h"
 
-namespace {
-
+using kiln::bench::median;
 using kiln::bench::now_s;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  double gb = 1.25;
-  int rounds = 8, passes = 10;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--gb") gb = std::atof(argv[i + 1]);
-    else if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
-    else if (a == "--passes") passes = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "unknown argument %s (known: --gb, --rounds, --passes)\n", a.c_str());
-      return 2;
-    }
-  }
+  kiln::bench::ReadArgs args;
+  args.rounds = 8;
+  args.passes = 10;
+  if (!kiln::bench::parse_read_args(argc, argv, args)) return 2;
+  const double gb = args.gb;
+  const int rounds = args.rounds, passes = args.passes;
   const size_t bytes = size_t(gb * 1e9) / 64 * 64;
   const int64_t lines = int64_t(bytes / 64);
   const int threads = kiln::num_threads();

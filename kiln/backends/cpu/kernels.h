@@ -161,7 +161,7 @@ double measure_memory_bandwidth(size_t bytes = kMinBandwidthBytes);
 // The read loop measure_memory_bandwidth times (bench_read_split times its splits): the sum of
 // `lines` 64-byte lines from p (64-byte aligned), with `prefetch` fetching 4 KiB ahead into L2.
 // With streams = 2 the lines are read as two halves side by side, 4 lines of one then 4 of the
-// other, as the decode GEMV walks two weight blocks at once (gemv_bf16.cpp).
+// other: two streams a core, the probe's fastest pass on the Zen 5 VM (bench_read_loops).
 uint64_t sum_lines(const uint64_t* p, int64_t lines, bool prefetch, int streams = 1);
 double measure_gemm_peak(DType dtype);
 // The machine's arithmetic peak in FLOP/s for `dtype` GEMMs on all threads: f32 FMAs at the widest

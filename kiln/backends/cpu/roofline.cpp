@@ -204,11 +204,12 @@ double measure_memory_bandwidth(size_t bytes) {
     const double t0 = now_s();
     // Chunks aligned to 64 bytes (8 words) so the aligned loads are valid. Passes take turns:
     // a plain read, a read with a software prefetch, and a read of two 128 KiB streams side by
-    // side per core (as the decode GEMVs walk their blocks); the best of all counts. The threads
-    // share the lines by work stealing, as the decode GEMVs share their blocks: with a static
-    // half each, the pass waits for the slower core, and on this VM one core often streams
-    // 10-20 % slower (then a static split read 5-20 % below a stealing one; level where the cores
-    // ran alike: docs/benchmarks.md, thirtieth session).
+    // side per core (3-30 % faster than one on the Zen 5 VM, and at least as fast as the decode
+    // GEMVs, which read one: docs/benchmarks.md, thirty-third session); the best of all counts.
+    // The threads share the lines by work stealing, as the decode GEMVs share their blocks: with
+    // a static half each, the pass waits for the slower core, and on this VM one core often
+    // streams 10-20 % slower (then a static split read 5-20 % below a stealing one; level where
+    // the cores ran alike: docs/benchmarks.md, thirtieth session).
     const int64_t lines = n / 8;
     const bool prefetch = rep % 3 == 1;
     const int streams = rep % 3 == 2 ? 2 : 1;

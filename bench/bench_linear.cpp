@@ -323,8 +323,8 @@ int main(int argc, char** argv) {
                   paired[3 * paired.size() / 4]);
       std::printf("M=%-4lld model order / its paired read of one stream a core:  median %.3f"
                   " (quartiles %.3f, %.3f)\n\n",
-                  (long long)M, paired_one[paired_one.size() / 2], paired_one[paired_one.size() / 4],
-                  paired_one[3 * paired_one.size() / 4]);
+                  (long long)M, paired_one[paired_one.size() / 2],
+                  paired_one[paired_one.size() / 4], paired_one[3 * paired_one.size() / 4]);
     } else {
       std::printf("M=%-4lld all linears: %.1f ms, %.0f GFLOP/s (%.0f%% of machine peak),"
                   " %.0f tokens/s\n",

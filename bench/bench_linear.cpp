@@ -6,10 +6,11 @@
 //   (measure_arithmetic_peak: vdpbf16ps where the CPU has AVX512_BF16, ~836 GFLOP/s on the 2-core
 //   Zen 5 of shared/MACHINE.md; f32 FMAs elsewhere) or --peak, and vs measure_gemm_peak(bf16).
 // Every layer gets its own packed copy, as in the real model, so decode cannot hit in cache.
-// Decode's model order alternates with plain reads of the same bytes, repeat by repeat: one block
-// at a time (one stream a core, as the GEMVs walk them), and two blocks side by side (two streams
-// a core, the faster read on the Zen 5 VM, which measure_memory_bandwidth takes too); the medians
-// of the paired ratios are the figures this VM's bandwidth phases move least.
+// Decode's model order alternates with plain reads of the same bytes, repeat by repeat, each with
+// one prefetch per 4 KiB page as the GEMVs take (kick_page_ahead): one block at a time (one stream
+// a core, as the GEMVs walk them), and two blocks side by side (two streams a core, which
+// measure_memory_bandwidth takes too); the medians of the paired ratios are the figures this VM's
+// bandwidth phases move least.
 //
 // Usage: OMP_NUM_THREADS=2 bench_linear [--reps R] [--layers L] [--peak GFLOPS] [--m 1,128,512]
 #include <algorithm>
@@ -74,13 +75,15 @@ ReadBuffer touched_bytes(size_t n, int64_t k) {
 std::atomic<uint64_t> read_sink{0};
 
 // Reads every byte of r once, its blocks shared as gemv_bf16 shares a weight's blocks, `streams`
-// blocks at a time side by side (kiln::cpu::sum_lines): one, as gemv_bf16 walks them, or two.
+// blocks at a time side by side (kiln::cpu::sum_lines): one, as gemv_bf16 walks them, or two;
+// with one prefetch per 4 KiB page, as gemv_bf16 takes off Intel cores.
 void read_blocks(const ReadBuffer& r, int streams) {
   const auto* base = reinterpret_cast<const char*>(r.bytes.data<uint16_t>());
   const int64_t blocks = int64_t(r.bytes.numel() * 2) / r.block_bytes;
   kiln::parallel_for_stealing(blocks, streams, [&](int64_t b0, int64_t b1) {
     read_sink += kiln::cpu::sum_lines(reinterpret_cast<const uint64_t*>(base + b0 * r.block_bytes),
-                                      (b1 - b0) * r.block_bytes / 64, /*prefetch=*/false,
+                                      (b1 - b0) * r.block_bytes / 64,
+                                      kiln::cpu::ReadPrefetch::kPageKick,
                                       /*streams=*/int(b1 - b0));
   });
 }
@@ -312,7 +315,7 @@ int main(int argc, char** argv) {
                   (long long)M, times.front() * 1e3, sum_bytes / times.front() / 1e9,
                   100 * sum_bytes / times.front() / bw, times[times.size() / 2] * 1e3,
                   sum_bytes / times[times.size() / 2] / 1e9);
-      std::printf("M=%-4lld plain read, two streams a core: %.2f ms, %.1f GB/s (%.0f%% of bw);"
+      std::printf("M=%-4lld read, two streams a core, page kicks: %.2f ms, %.1f GB/s (%.0f%% of bw);"
                   " median %.2f ms, %.1f GB/s\n",
                   (long long)M, reads.front() * 1e3, sum_bytes / reads.front() / 1e9,
                   100 * sum_bytes / reads.front() / bw, reads[reads.size() / 2] * 1e3,

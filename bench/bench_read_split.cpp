@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
       kiln::parallel_for(lines, [&](int64_t b, int64_t e) {
         const double s = now_s();
         sums[size_t(omp_get_thread_num()) * 8] +=
-            kiln::cpu::sum_lines(words + b * 8, e - b, /*prefetch=*/false);
+            kiln::cpu::sum_lines(words + b * 8, e - b, kiln::cpu::ReadPrefetch::kNone);
         ms[size_t(omp_get_thread_num())] = (now_s() - s) * 1e3;
       }, 1 << 12);
       fixed.push_back(double(bytes) / (now_s() - t0) / 1e9);
@@ -57,13 +57,13 @@ int main(int argc, char** argv) {
       t0 = now_s();
       kiln::parallel_for_stealing(lines, 2048, [&](int64_t b, int64_t e) {
         sums[size_t(omp_get_thread_num()) * 8] +=
-            kiln::cpu::sum_lines(words + b * 8, e - b, /*prefetch=*/false);
+            kiln::cpu::sum_lines(words + b * 8, e - b, kiln::cpu::ReadPrefetch::kNone);
       }, 1 << 12);
       stolen.push_back(double(bytes) / (now_s() - t0) / 1e9);
       t0 = now_s();
       kiln::parallel_for_stealing(lines, 2 * 2048, [&](int64_t b, int64_t e) {
         sums[size_t(omp_get_thread_num()) * 8] +=
-            kiln::cpu::sum_lines(words + b * 8, e - b, /*prefetch=*/false, /*streams=*/2);
+            kiln::cpu::sum_lines(words + b * 8, e - b, kiln::cpu::ReadPrefetch::kNone, /*streams=*/2);
       }, 1 << 12);
       two_streams.push_back(double(bytes) / (now_s() - t0) / 1e9);
     }

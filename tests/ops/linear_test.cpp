@@ -420,7 +420,7 @@ TEST(Linear, PrimitivesAreReusedAcrossCalls) {
 }
 
 TEST(Roofline, SumLinesReadsEveryLineOnceInEitherOrder) {
-  // The bandwidth probe's read loop: one stream or two halves side by side, with or without the
+  // The bandwidth probe's read loop: one stream or two halves side by side, with each kind of
   // prefetch, must sum every line of the range exactly once, whatever its length (odd counts and
   // halves that are not a multiple of its 4-line step included).
   std::vector<uint64_t> storage(8 * 200 + 8);
@@ -430,11 +430,12 @@ TEST(Roofline, SumLinesReadsEveryLineOnceInEitherOrder) {
     uint64_t expected = 0;
     for (int64_t i = 0; i < 8 * lines; ++i) expected += words[i];
     for (int streams : {1, 2})
-      for (bool prefetch : {false, true})
+      for (ReadPrefetch prefetch :
+           {ReadPrefetch::kNone, ReadPrefetch::kEveryLine, ReadPrefetch::kPageKick})
         EXPECT_EQ(sum_lines(words, lines, prefetch, streams), expected)
-            << lines << " lines, " << streams << " streams, prefetch " << prefetch;
+            << lines << " lines, " << streams << " streams, prefetch " << int(prefetch);
   }
-  EXPECT_THROW(sum_lines(words, 8, false, 3), InternalError);  // a caller's bug
+  EXPECT_THROW(sum_lines(words, 8, ReadPrefetch::kNone, 3), InternalError);  // a caller's bug
 }
 
 }  // namespace

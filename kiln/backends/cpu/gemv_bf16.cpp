@@ -22,22 +22,33 @@ namespace {
 
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
-// Software prefetch on Intel cores only. On AMD Zen 5 the hardware prefetcher alone streamed the
-// blocks ~11 % faster than with prefetcht0 at 0.5-8 KiB ahead (bench_linear's model order: 16.4 vs
-// 18.1-18.5 ms per token's linears). On an Intel Emerald Rapids the GEMVs streamed 18-19 GB/s
-// without, 25-29 GB/s with prefetcht1 (into L2) 4 KiB ahead of every line read (model order,
-// median 64.7 -> 41.4-48.6 ms): its L2 streamer stops at each 4 KiB page, and a core running
-// vdpbf16ps between loads keeps too few misses in flight to cover the restart.
-// KILN_GEMV_PREFETCH=0|1 overrides, for measuring it on another CPU.
-constexpr int64_t kPrefetchAhead = 4096;  // bytes
+// How the GEMV helps the hardware prefetcher, chosen once per process.
+// - Every line, 4 KiB ahead into L2 (Intel cores): on an Emerald Rapids the GEMVs streamed 18-19
+//   GB/s without, 25-29 GB/s with it (bench_linear's model order, median 64.7 -> 41.4-48.6 ms):
+//   its L2 streamer stops at each 4 KiB page, and a core running vdpbf16ps between loads keeps too
+//   few misses in flight to cover the restart.
+// - One line per 4 KiB page, 32 KiB ahead (kick_page_ahead, simd.h; other CPUs): AMD's Zen 5
+//   restarts at each page too, but there a prefetch of every line, 0.5-64 KiB ahead, streamed
+//   slower than none (16.4 against 18.1-18.5 ms per token's linears), while one per page took
+//   the linears of a token step, in model order, from a median of 30.1-31.2 ms to 19.5-22.0
+//   (8-64 KiB ahead alike, switched in one process), and `kiln bench`'s decode from 30-41 to
+//   43-52 tokens/s (docs/benchmarks.md, thirty-fourth session).
+// KILN_GEMV_PREFETCH=line|page|0 overrides (1 is line), for measuring them on another CPU.
+constexpr int64_t kPrefetchAhead = 4096;  // bytes, for kEveryLine
+enum class GemvPrefetch { kNone, kEveryLine, kPageKick };
 
-bool gemv_prefetches() {
-  static const bool on = [] {
+GemvPrefetch gemv_prefetch() {
+  static const GemvPrefetch mode = [] {
     const char* env = std::getenv("KILN_GEMV_PREFETCH");
-    if (env && *env) return std::string(env) != "0";
-    return bool(__builtin_cpu_is("intel"));
+    if (env && *env) {
+      const std::string v = env;
+      return v == "page" ? GemvPrefetch::kPageKick
+             : v == "0"  ? GemvPrefetch::kNone
+                         : GemvPrefetch::kEveryLine;
+    }
+    return __builtin_cpu_is("intel") ? GemvPrefetch::kEveryLine : GemvPrefetch::kPageKick;
   }();
-  return on;
+  return mode;
 }
 
 // Fetches the 4 lines of one k pair kPrefetchAhead bytes past w into L2.
@@ -47,9 +58,9 @@ inline void prefetch_ahead(const uint16_t* w) {
 }
 
 // acc[m][j] = W[block columns 16j..16j+15, :] . x[m, :] over all k pairs (MR rows, MR <= 4).
-template <int MR>
+template <int MR, GemvPrefetch kPrefetch>
 inline void block_dot(const uint32_t* const* xp, int64_t pairs, const uint16_t* wblk,
-                      bool prefetch, __m512 (&acc)[MR][4]) {
+                      __m512 (&acc)[MR][4]) {
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_setzero_ps();
   // One k pair (4 lines of W) per iteration for every MR, MR x 4 chains. For one row the 4 chains
@@ -58,7 +69,8 @@ inline void block_dot(const uint32_t* const* xp, int64_t pairs, const uint16_t* 
   // 5-14 % slower in the same rounds (docs/benchmarks.md, twenty-seventh session).
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* w = wblk + p * 128;
-    if (prefetch) prefetch_ahead(w);
+    if constexpr (kPrefetch == GemvPrefetch::kEveryLine) prefetch_ahead(w);
+    if constexpr (kPrefetch == GemvPrefetch::kPageKick) kick_page_ahead(w);  // a pair: 256 bytes
     __m512i w0 = _mm512_loadu_si512(w), w1 = _mm512_loadu_si512(w + 32);
     __m512i w2 = _mm512_loadu_si512(w + 64), w3 = _mm512_loadu_si512(w + 96);
     for (int m = 0; m < MR; ++m) {
@@ -95,16 +107,32 @@ inline void store_block(const __m512 (&acc)[MR][4], int64_t n0, int64_t N, void*
 }
 
 // All MR rows against blocks [b0, b1).
+template <int MR, GemvPrefetch kPrefetch>
+void rows_blocks_as(const uint16_t* xb, int64_t Kp, const uint16_t* w, int64_t b0, int64_t b1,
+                    int64_t N, void* y, bool y_bf16, const float* residual) {
+  const uint32_t* xp[MR];
+  for (int m = 0; m < MR; ++m) xp[m] = reinterpret_cast<const uint32_t*>(xb + m * Kp);
+  for (int64_t b = b0; b < b1; ++b) {
+    __m512 acc[MR][4];
+    block_dot<MR, kPrefetch>(xp, Kp / 2, w + b * Kp * kBlockN, acc);
+    store_block<MR>(acc, b * kBlockN, N, y, y_bf16, residual);
+  }
+}
+
+// rows_blocks_as for this process's prefetch: the choice is made outside the loops, which then
+// have nothing to test.
 template <int MR>
 void rows_blocks(const uint16_t* xb, int64_t Kp, const uint16_t* w, int64_t b0, int64_t b1,
                  int64_t N, void* y, bool y_bf16, const float* residual) {
-  const uint32_t* xp[MR];
-  for (int m = 0; m < MR; ++m) xp[m] = reinterpret_cast<const uint32_t*>(xb + m * Kp);
-  const bool prefetch = gemv_prefetches();
-  for (int64_t b = b0; b < b1; ++b) {
-    __m512 acc[MR][4];
-    block_dot<MR>(xp, Kp / 2, w + b * Kp * kBlockN, prefetch, acc);
-    store_block<MR>(acc, b * kBlockN, N, y, y_bf16, residual);
+  switch (gemv_prefetch()) {
+    case GemvPrefetch::kPageKick:
+      return rows_blocks_as<MR, GemvPrefetch::kPageKick>(xb, Kp, w, b0, b1, N, y, y_bf16,
+                                                         residual);
+    case GemvPrefetch::kEveryLine:
+      return rows_blocks_as<MR, GemvPrefetch::kEveryLine>(xb, Kp, w, b0, b1, N, y, y_bf16,
+                                                          residual);
+    default:
+      return rows_blocks_as<MR, GemvPrefetch::kNone>(xb, Kp, w, b0, b1, N, y, y_bf16, residual);
   }
 }
 

@@ -153,16 +153,29 @@ double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scal
 // that it frees on return; the process's peak RSS still counts it, so call it before loading a
 // model. Size it like the reads it is a yardstick for: on this VM a 1.2 GB buffer, a decode step's
 // weights, read 4-14 % slower (median) than a 256 MiB one, interleaved (docs/benchmarks.md). The
-// threads share the read by work stealing, as the decode GEMVs do, and the best of three kinds of
-// pass counts: one stream a core, the same with a software prefetch, and two streams a core side
-// by side (on the Zen 5 VM 3-30 % faster than one, and faster than the GEMVs; bench_read_loops).
+// threads share the read by work stealing, as the decode GEMVs do, and the best of the kinds of
+// pass in kBandwidthPasses counts (each kind of read that was the fastest somewhere, so that no
+// kernel reads faster than its yardstick).
 constexpr size_t kMinBandwidthBytes = size_t(256) << 20;
 double measure_memory_bandwidth(size_t bytes = kMinBandwidthBytes);
+// How sum_lines helps the hardware prefetcher: not at all, a prefetch of every line 4 KiB ahead
+// into L2 (as the decode GEMV does on Intel cores), or one prefetch per 4 KiB page, 16 KiB
+// ahead (kick_page_ahead in simd.h; as the decode GEMV does elsewhere).
+enum class ReadPrefetch { kNone, kEveryLine, kPageKick };
 // The read loop measure_memory_bandwidth times (bench_read_split times its splits): the sum of
-// `lines` 64-byte lines from p (64-byte aligned), with `prefetch` fetching 4 KiB ahead into L2.
-// With streams = 2 the lines are read as two halves side by side, 4 lines of one then 4 of the
-// other: two streams a core, the probe's fastest pass on the Zen 5 VM (bench_read_loops).
-uint64_t sum_lines(const uint64_t* p, int64_t lines, bool prefetch, int streams = 1);
+// `lines` 64-byte lines from p (64-byte aligned). With streams = 2 the lines are read as two
+// halves side by side, 4 lines of one then 4 of the other: two streams a core, which on the Zen
+// 5 VM read 3-30 % faster than one without a prefetch (bench_read_loops).
+uint64_t sum_lines(const uint64_t* p, int64_t lines, ReadPrefetch prefetch, int streams = 1);
+// The kinds of pass measure_memory_bandwidth takes turns at.
+struct BandwidthPass {
+  ReadPrefetch prefetch;
+  int streams;
+};
+inline constexpr BandwidthPass kBandwidthPasses[] = {{ReadPrefetch::kNone, 1},
+                                                     {ReadPrefetch::kEveryLine, 1},
+                                                     {ReadPrefetch::kNone, 2},
+                                                     {ReadPrefetch::kPageKick, 1}};
 double measure_gemm_peak(DType dtype);
 // The machine's arithmetic peak in FLOP/s for `dtype` GEMMs on all threads: f32 FMAs at the widest
 // vector, and for bf16 on a CPU with AVX512_BF16 the faster of vdpbf16ps and those FMAs (a bf16

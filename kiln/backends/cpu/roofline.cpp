@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <cstring>
 #include <vector>
 
 #include "kiln/backends/cpu/kernels.h"
 #include "kiln/backends/cpu/linear_dnnl.h"
+#include "kiln/backends/cpu/simd.h"
 #include "kiln/core/error.h"
 #include "kiln/core/threads.h"
 
@@ -99,38 +101,58 @@ double chains_rate(float (*chains)(int64_t), double flops_per_iter, int64_t iter
 
 }  // namespace
 
-// Sums `lines` 64-byte lines starting at p (64-byte aligned): a pure read stream the compiler
-// cannot drop. With `prefetch`, each line 4 KiB ahead is fetched into L2 first, as the decode GEMV
-// does on Intel cores (gemv_bf16.cpp), so that the yardstick reads at least as fast as the kernel
-// can. With two streams, the halves [0, lines / 2) and [lines / 2, lines) are read side by side.
-uint64_t sum_lines(const uint64_t* p, int64_t lines, bool prefetch, int streams) {
-  KILN_CHECK(streams == 1 || streams == 2, "sum_lines: streams = ", streams, " must be 1 or 2");
 #if defined(__AVX512F__)
+namespace {
+// sum_lines for one kind of read: a loop of its own for each, with nothing decided inside it (a
+// runtime choice tested in the loop cost the page-kick read a fifth of its speed).
+template <ReadPrefetch kPrefetch, int kStreams>
+uint64_t sum_lines_as(const uint64_t* p, int64_t lines) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   const auto* first = reinterpret_cast<const __m512i*>(p);
-  const int64_t per_stream = lines / streams;  // stream s: lines [s * per_stream, + per_stream)
+  const int64_t per_stream = lines / kStreams;  // stream s: lines [s * per_stream, + per_stream)
   int64_t i = 0;
   for (; i + 4 <= per_stream; i += 4)
-    for (int s = 0; s < streams; ++s) {
+    for (int s = 0; s < kStreams; ++s) {
       const __m512i* q = first + s * per_stream + i;
-      if (prefetch)
+      if constexpr (kPrefetch == ReadPrefetch::kEveryLine)
         for (int j = 0; j < 4; ++j)
           _mm_prefetch(reinterpret_cast<const char*>(q + 64 + j), _MM_HINT_T1);
+      if constexpr (kPrefetch == ReadPrefetch::kPageKick) detail::kick_page_ahead(q);
       a0 = _mm512_add_epi64(a0, _mm512_load_si512(q));
       a1 = _mm512_add_epi64(a1, _mm512_load_si512(q + 1));
       a2 = _mm512_add_epi64(a2, _mm512_load_si512(q + 2));
       a3 = _mm512_add_epi64(a3, _mm512_load_si512(q + 3));
     }
-  for (int s = 0; s < streams; ++s)  // each stream's last < 4 lines
+  for (int s = 0; s < kStreams; ++s)  // each stream's last < 4 lines
     for (int64_t j = i; j < per_stream; ++j)
       a0 = _mm512_add_epi64(a0, _mm512_load_si512(first + s * per_stream + j));
-  for (int64_t j = streams * per_stream; j < lines; ++j)  // an odd line left over
+  for (int64_t j = kStreams * per_stream; j < lines; ++j)  // an odd line left over
     a0 = _mm512_add_epi64(a0, _mm512_load_si512(first + j));
   alignas(64) uint64_t out[8];
   _mm512_store_si512(out, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
-  uint64_t s = 0;
-  for (uint64_t v : out) s += v;
-  return s;
+  uint64_t sum = 0;
+  for (uint64_t v : out) sum += v;
+  return sum;
+}
+
+template <ReadPrefetch kPrefetch>
+uint64_t sum_lines_streams(const uint64_t* p, int64_t lines, int streams) {
+  return streams == 2 ? sum_lines_as<kPrefetch, 2>(p, lines) : sum_lines_as<kPrefetch, 1>(p, lines);
+}
+}  // namespace
+#endif
+
+// Sums `lines` 64-byte lines starting at p (64-byte aligned): a pure read stream the compiler
+// cannot drop, helped by `prefetch` (kernels.h). With two streams, the halves [0, lines / 2) and
+// [lines / 2, lines) are read side by side.
+uint64_t sum_lines(const uint64_t* p, int64_t lines, ReadPrefetch prefetch, int streams) {
+  KILN_CHECK(streams == 1 || streams == 2, "sum_lines: streams = ", streams, " must be 1 or 2");
+#if defined(__AVX512F__)
+  switch (prefetch) {
+    case ReadPrefetch::kEveryLine: return sum_lines_streams<ReadPrefetch::kEveryLine>(p, lines, streams);
+    case ReadPrefetch::kPageKick: return sum_lines_streams<ReadPrefetch::kPageKick>(p, lines, streams);
+    default: return sum_lines_streams<ReadPrefetch::kNone>(p, lines, streams);
+  }
 #else
   (void)prefetch;
   uint64_t s[8] = {};
@@ -199,29 +221,34 @@ double measure_memory_bandwidth(size_t bytes) {
   volatile uint64_t sink = 0;
   double best = 0;
   const double t_start = now_s();
-  for (int rep = 0; rep < 20; ++rep) {
+  constexpr int kKinds = int(std::size(kBandwidthPasses));
+  for (int rep = 0; rep < 4 * kKinds; ++rep) {
     std::vector<uint64_t> partial(size_t(num_threads()) * 8, 0);
     const double t0 = now_s();
-    // Chunks aligned to 64 bytes (8 words) so the aligned loads are valid. Passes take turns:
-    // a plain read, a read with a software prefetch, and a read of two 128 KiB streams side by
-    // side per core (3-30 % faster than one on the Zen 5 VM, and at least as fast as the decode
-    // GEMVs, which read one: docs/benchmarks.md, thirty-third session); the best of all counts.
+    // Chunks aligned to 64 bytes (8 words) so the aligned loads are valid. The kinds of pass in
+    // kBandwidthPasses take turns and the best of all counts:
+    // - one stream a core, plain or with a prefetch of every line (Intel's decode GEMV);
+    // - two 128 KiB streams side by side a core: 3-30 % faster than one on the Zen 5 VM, and
+    //   faster than the decode GEMVs walking one, before they kicked each page (thirty-third
+    //   session);
+    // - one stream a core with one prefetch per 4 KiB page, 32 KiB ahead: 40-60 % faster than
+    //   any of the above on the same VM, as the decode GEMVs became when they took it up (two
+    //   streams with it read 10 % slower than one; docs/benchmarks.md, thirty-fourth session).
     // The threads share the lines by work stealing, as the decode GEMVs share their blocks: with
     // a static half each, the pass waits for the slower core, and on this VM one core often
     // streams 10-20 % slower (then a static split read 5-20 % below a stealing one; level where
     // the cores ran alike: docs/benchmarks.md, thirtieth session).
     const int64_t lines = n / 8;
-    const bool prefetch = rep % 3 == 1;
-    const int streams = rep % 3 == 2 ? 2 : 1;
+    const BandwidthPass kind = kBandwidthPasses[rep % kKinds];
     constexpr int64_t kGrainLines = 2048;  // 128 KiB, about one decode GEMV block
-    parallel_for_stealing(lines, streams * kGrainLines, [&](int64_t b, int64_t e) {
+    parallel_for_stealing(lines, kind.streams * kGrainLines, [&](int64_t b, int64_t e) {
       partial[size_t(omp_get_thread_num()) * 8] +=
-          sum_lines(words + b * 8, e - b, prefetch, streams);
+          sum_lines(words + b * 8, e - b, kind.prefetch, kind.streams);
     }, 1 << 12);
     const double t = now_s() - t0;
     for (uint64_t v : partial) sink = sink + v;
     best = std::max(best, double(buffer_bytes) / t);
-    if (rep >= 5 && now_s() - t_start > 0.5) break;  // two passes of each kind at least
+    if (rep >= 2 * kKinds - 1 && now_s() - t_start > 0.5) break;  // two passes of each kind
   }
   return best;
 }

@@ -264,6 +264,21 @@ inline void prefetch_bytes(const void* p, int64_t bytes) {
   for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
 }
 
+// For a loop reading forward 256 bytes a step: once per 4 KiB page (at the step that starts one),
+// fetches the line kPageKickAhead bytes further on. On the Zen 5 VM the hardware's stream
+// prefetcher starts again at every 4 KiB page, huge pages or not, and a core that computes
+// between its loads (the decode GEMV) kept too few misses in flight to cover each restart. With
+// one prefetch per page the prefetcher has met each page before the loop reaches it: on two
+// cores the GEMV's loop went from 36-47 to 54-62 GB/s (16-64 KiB ahead alike), a plain read from
+// 46-49 to 70-71 (32 or 64 KiB ahead; 55 at 8 KiB, 61 at 16). bench_read_loops; docs/benchmarks.md,
+// thirty-fourth session. Not in the decode attention's span reads (touch_bytes_pair): short
+// spans with compute between them, which it made 10-50 % slower.
+constexpr int64_t kPageKickAhead = 32 << 10;
+inline void kick_page_ahead(const void* step) {
+  if ((reinterpret_cast<uintptr_t>(step) & 4095) < 256)
+    __builtin_prefetch(static_cast<const char*>(step) + kPageKickAhead, 0, 3);
+}
+
 // Reads one word of every 64-byte line of [p, p + bytes), front to back, so that a span a kernel
 // is about to walk in an order the hardware prefetcher does not follow arrives in the caches at
 // streaming speed. Loads, not prefetch instructions: on the Zen 3 prefetcht0/t1 of the same span

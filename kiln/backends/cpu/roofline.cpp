@@ -231,9 +231,10 @@ double measure_memory_bandwidth(size_t bytes) {
     // - two 128 KiB streams side by side a core: 3-30 % faster than one on the Zen 5 VM, and
     //   faster than the decode GEMVs walking one, before they kicked each page (thirty-third
     //   session);
-    // - one stream a core with one prefetch per 4 KiB page, 32 KiB ahead: 40-60 % faster than
-    //   any of the above on the same VM, as the decode GEMVs became when they took it up (two
-    //   streams with it read 10 % slower than one; docs/benchmarks.md, thirty-fourth session).
+    // - one stream a core with one prefetch per 4 KiB page, 32 KiB ahead: 35-40 % faster than
+    //   the best of the above on the same VM, as the decode GEMVs became when they took it up
+    //   (two streams with it read 10 % slower than one; docs/benchmarks.md, thirty-fourth
+    //   session).
     // The threads share the lines by work stealing, as the decode GEMVs share their blocks: with
     // a static half each, the pass waits for the slower core, and on this VM one core often
     // streams 10-20 % slower (then a static split read 5-20 % below a stealing one; level where

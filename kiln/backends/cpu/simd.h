@@ -269,10 +269,10 @@ inline void prefetch_bytes(const void* p, int64_t bytes) {
 // prefetcher starts again at every 4 KiB page, huge pages or not, and a core that computes
 // between its loads (the decode GEMV) kept too few misses in flight to cover each restart. With
 // one prefetch per page the prefetcher has met each page before the loop reaches it: on two
-// cores the GEMV's loop went from 36-47 to 54-62 GB/s (16-64 KiB ahead alike), a plain read from
-// 46-49 to 70-71 (32 or 64 KiB ahead; 55 at 8 KiB, 61 at 16). bench_read_loops; docs/benchmarks.md,
-// thirty-fourth session. Not in the decode attention's span reads (touch_bytes_pair): short
-// spans with compute between them, which it made 10-50 % slower.
+// cores the GEMV's loop went from 36-47 to 54-69 GB/s (16-64 KiB ahead alike), a plain read from
+// 42-52 (one stream or two) to 55-74 (32 or 64 KiB ahead; 49-56 at 8 KiB). bench_read_loops;
+// docs/benchmarks.md, thirty-fourth session. Not in the decode attention's span reads
+// (touch_bytes_pair): short spans with compute between them, which it made 10-50 % slower.
 constexpr int64_t kPageKickAhead = 32 << 10;
 inline void kick_page_ahead(const void* step) {
   if ((reinterpret_cast<uintptr_t>(step) & 4095) < 256)

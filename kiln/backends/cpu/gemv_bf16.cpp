@@ -16,12 +16,6 @@
 
 namespace kiln::cpu::detail {
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
-
-namespace {
-
-inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
-
 // How the GEMV helps the hardware prefetcher, chosen once per process.
 // - Every line, 4 KiB ahead into L2 (Intel cores): on an Emerald Rapids the GEMVs streamed 18-19
 //   GB/s without, 25-29 GB/s with it (bench_linear's model order, median 64.7 -> 41.4-48.6 ms):
@@ -34,9 +28,6 @@ inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 //   (8-64 KiB ahead alike, switched in one process), and `kiln bench`'s decode from 30-41 to
 //   43-52 tokens/s (docs/benchmarks.md, thirty-fourth session).
 // KILN_GEMV_PREFETCH=line|page|0 overrides (1 is line), for measuring them on another CPU.
-constexpr int64_t kPrefetchAhead = 4096;  // bytes, for kEveryLine
-enum class GemvPrefetch { kNone, kEveryLine, kPageKick };
-
 GemvPrefetch gemv_prefetch() {
   static const GemvPrefetch mode = [] {
     const char* env = std::getenv("KILN_GEMV_PREFETCH");
@@ -46,10 +37,21 @@ GemvPrefetch gemv_prefetch() {
              : v == "0"  ? GemvPrefetch::kNone
                          : GemvPrefetch::kEveryLine;
     }
-    return __builtin_cpu_is("intel") ? GemvPrefetch::kEveryLine : GemvPrefetch::kPageKick;
+#if defined(__x86_64__)
+    if (__builtin_cpu_is("intel")) return GemvPrefetch::kEveryLine;
+#endif
+    return GemvPrefetch::kPageKick;
   }();
   return mode;
 }
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+
+namespace {
+
+inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
+
+constexpr int64_t kPrefetchAhead = 4096;  // bytes, for GemvPrefetch::kEveryLine
 
 // Fetches the 4 lines of one k pair kPrefetchAhead bytes past w into L2.
 inline void prefetch_ahead(const uint16_t* w) {

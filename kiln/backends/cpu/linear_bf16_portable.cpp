@@ -140,8 +140,9 @@ void block_scalar(const float* x, int64_t Kp, int64_t m0, int64_t rows, const ui
 #if defined(__x86_64__)
 // MR rows x NV vectors of 8 columns, starting at column col of the block. Each 32-bit lane of the
 // layout holds (W[k even][c], W[k odd][c]): the low half shifted up is the even k's f32, the high
-// half masked is the odd k's.
-template <int MR, int NV, bool Prefetch = false>
+// half masked is the odd k's. Prefetch: the next chunk's k pairs (below); Kick: one prefetch per
+// 4 KiB page (kick_page_ahead), for one row streaming the whole block.
+template <int MR, int NV, bool Prefetch = false, bool Kick = false>
 __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t Kp, int64_t m0,
                                                   const uint16_t* wblk, int64_t col, int64_t p0,
                                                   int64_t p1, float* out) {
@@ -159,6 +160,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t Kp, i
   const float* xr = x + m0 * Kp;
   for (int64_t p = p0; p < p1; ++p) {
     const uint16_t* w = wblk + p * 2 * kBlockN + 2 * col;
+    if constexpr (Kick) kick_page_ahead(w);
     // The first slice of a chunk pulls in the next chunk's k pairs whole (all four lines).
     if (Prefetch)
       for (int line = 0; line < 4; ++line)
@@ -216,7 +218,14 @@ template <int MR>
 __attribute__((target("avx2,fma"))) void rows_block_avx2(const float* x, int64_t Kp, int64_t m0,
                                                         const uint16_t* wblk, float* acc) {
   if constexpr (MR == 1) {
-    tile_avx2<1, 8>(x, Kp, m0, wblk, 0, 0, Kp / 2, acc);
+    // One prefetch per page as in gemv_bf16 (GemvPrefetch): on the Zen 5 this loop read a token
+    // step's weights at a median of 52.3 and 54.2 GB/s with it, 35.4 and 40.0 without
+    // (bench_gemv_portable, alternated; docs/benchmarks.md, thirty-fourth session). Not
+    // measured on an AVX2-only CPU.
+    if (gemv_prefetch() == GemvPrefetch::kPageKick)
+      tile_avx2<1, 8, false, true>(x, Kp, m0, wblk, 0, 0, Kp / 2, acc);
+    else
+      tile_avx2<1, 8>(x, Kp, m0, wblk, 0, 0, Kp / 2, acc);
   } else {
     // Chunks of k pairs small enough for L1, every slice over one chunk before the next: a
     // strided walk of the whole block per slice ran M = 2-4 at a third of the bandwidth. With

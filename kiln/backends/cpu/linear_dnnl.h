@@ -96,6 +96,12 @@ constexpr int64_t kGemvMaxM = 4;
 // Splits N-blocks over the OpenMP threads. M <= kGemvMaxM.
 void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N, void* y,
                bool y_bf16, const float* residual);
+// How the decode GEMVs (gemv_bf16, and linear_bf16_portable's for one row) help the hardware
+// prefetcher, chosen once per process (gemv_bf16.cpp): a prefetch of every line 4 KiB ahead on
+// Intel cores, one per 4 KiB page 32 KiB ahead (kick_page_ahead, simd.h) on the others;
+// KILN_GEMV_PREFETCH=line|page|0 overrides. The portable GEMV takes only the page kick.
+enum class GemvPrefetch { kNone, kEveryLine, kPageKick };
+GemvPrefetch gemv_prefetch();
 // c[M, N] = beta * c + op(a) op(b) for bf16 a ([M, K], or [K, M] if trans_a) and b ([K, N], or
 // [N, K] if trans_b), contiguous, with f32 accumulation; c is f32, or bf16 (c_bf16) with beta = 0.
 // Returns false, doing nothing, where it does not apply (no AVX512_BF16 in this build, K = 0, or a

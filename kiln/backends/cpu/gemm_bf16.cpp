@@ -204,11 +204,13 @@ static_assert(kNR == kBlockN, "a register tile is one packed B panel wide");
 // 192 or 384 measured 2-15 % slower; a larger KC means fewer passes over an f32 C.
 constexpr int64_t kKC = 1024;  // k per block
 constexpr int64_t kMC = 96;    // rows of A per block, reused from L2 across the block's B panels
-// The FMA tiles' blocks: at most 128 rows, balanced (M = 128 is one block, not 96 + 32: each
-// weight panel then comes from memory once and serves 11 tiles, where the 32-row block read it a
-// second time for 3; 7-10 % faster at M = 128 on Emerald Rapids). Their widened A is 4 bytes a
-// value: 128 rows x 1024 k is 512 KiB of its 2 MiB L2.
-constexpr int64_t kFmaMaxMC = 128;
+// Over a linear's packed weights, and for the FMA tiles everywhere: blocks of at most 128 rows,
+// balanced (M = 128 is one block, not 96 + 32: each weight panel then comes from memory once and
+// serves every tile, where the 32-row block read it a second time for a few). FMA tiles: 7-10 %
+// faster at M = 128 on Emerald Rapids; their widened A is 4 bytes a value, 128 rows x 1024 k is
+// 512 KiB of its 2 MiB L2. vdpbf16ps tiles on the Zen 5 (thirty-fourth session; weights from
+// memory, the two switched call by call in one process): 1-5 % faster at M = 128, level at 512.
+constexpr int64_t kBalancedMaxMC = 128;
 constexpr int64_t kNC = 1024;  // columns of B per packed block
 constexpr int64_t kMaxBf16K = 4096;  // a bf16 C is written once, so its K is one block
 constexpr int64_t kMinRowsForPackedTransB = 128;
@@ -540,12 +542,12 @@ struct Problem {
   bool wide_a = false;
 };
 
-// Rows of A per block for `rows` rows: kMC, or for the FMA tiles the fewest blocks of at most
-// kFmaMaxMC rows, balanced and whole tiles where possible.
+// Rows of A per block for `rows` rows: kMC; or, over packed weights or for the FMA tiles, the
+// fewest blocks of at most kBalancedMaxMC rows, balanced and whole tiles where possible.
 int64_t row_block(const Problem& P, int64_t rows) {
-  if (!P.wide_a) return std::min(kMC, rows);
-  const int64_t blocks = (rows + kFmaMaxMC - 1) / kFmaMaxMC;
-  return std::min({kFmaMaxMC, rows, round_up((rows + blocks - 1) / blocks, kFmaMR)});
+  if (!P.wide_a && !P.b_packed) return std::min(kMC, rows);
+  const int64_t blocks = (rows + kBalancedMaxMC - 1) / kBalancedMaxMC;
+  return std::min({kBalancedMaxMC, rows, round_up((rows + blocks - 1) / blocks, P.mr)});
 }
 
 // Untransposed A with even K: a row's k pairs are 32-bit words in place, no packing needed.

@@ -315,7 +315,8 @@ int main(int argc, char** argv) {
                   (long long)M, times.front() * 1e3, sum_bytes / times.front() / 1e9,
                   100 * sum_bytes / times.front() / bw, times[times.size() / 2] * 1e3,
                   sum_bytes / times[times.size() / 2] / 1e9);
-      std::printf("M=%-4lld read, two streams a core, page kicks: %.2f ms, %.1f GB/s (%.0f%% of bw);"
+      std::printf("M=%-4lld read, two streams a core, page kicks: %.2f ms, %.1f GB/s"
+                  " (%.0f%% of bw);"
                   " median %.2f ms, %.1f GB/s\n",
                   (long long)M, reads.front() * 1e3, sum_bytes / reads.front() / 1e9,
                   100 * sum_bytes / reads.front() / bw, reads[reads.size() / 2] * 1e3,

@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
       t0 = now_s();
       kiln::parallel_for_stealing(lines, 2 * 2048, [&](int64_t b, int64_t e) {
         sums[size_t(omp_get_thread_num()) * 8] +=
-            kiln::cpu::sum_lines(words + b * 8, e - b, kiln::cpu::ReadPrefetch::kNone, /*streams=*/2);
+            kiln::cpu::sum_lines(words + b * 8, e - b, kiln::cpu::ReadPrefetch::kNone,
+                                 /*streams=*/2);
       }, 1 << 12);
       two_streams.push_back(double(bytes) / (now_s() - t0) / 1e9);
     }

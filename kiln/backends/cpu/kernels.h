@@ -159,7 +159,7 @@ double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scal
 constexpr size_t kMinBandwidthBytes = size_t(256) << 20;
 double measure_memory_bandwidth(size_t bytes = kMinBandwidthBytes);
 // How sum_lines helps the hardware prefetcher: not at all, a prefetch of every line 4 KiB ahead
-// into L2 (as the decode GEMV does on Intel cores), or one prefetch per 4 KiB page, 16 KiB
+// into L2 (as the decode GEMV does on Intel cores), or one prefetch per 4 KiB page, 32 KiB
 // ahead (kick_page_ahead in simd.h; as the decode GEMV does elsewhere).
 enum class ReadPrefetch { kNone, kEveryLine, kPageKick };
 // The read loop measure_memory_bandwidth times (bench_read_split times its splits): the sum of

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iterator>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "kiln/backends/cpu/kernels.h"
@@ -137,7 +137,8 @@ uint64_t sum_lines_as(const uint64_t* p, int64_t lines) {
 
 template <ReadPrefetch kPrefetch>
 uint64_t sum_lines_streams(const uint64_t* p, int64_t lines, int streams) {
-  return streams == 2 ? sum_lines_as<kPrefetch, 2>(p, lines) : sum_lines_as<kPrefetch, 1>(p, lines);
+  return streams == 2 ? sum_lines_as<kPrefetch, 2>(p, lines)
+                      : sum_lines_as<kPrefetch, 1>(p, lines);
 }
 }  // namespace
 #endif
@@ -149,9 +150,12 @@ uint64_t sum_lines(const uint64_t* p, int64_t lines, ReadPrefetch prefetch, int 
   KILN_CHECK(streams == 1 || streams == 2, "sum_lines: streams = ", streams, " must be 1 or 2");
 #if defined(__AVX512F__)
   switch (prefetch) {
-    case ReadPrefetch::kEveryLine: return sum_lines_streams<ReadPrefetch::kEveryLine>(p, lines, streams);
-    case ReadPrefetch::kPageKick: return sum_lines_streams<ReadPrefetch::kPageKick>(p, lines, streams);
-    default: return sum_lines_streams<ReadPrefetch::kNone>(p, lines, streams);
+    case ReadPrefetch::kEveryLine:
+      return sum_lines_streams<ReadPrefetch::kEveryLine>(p, lines, streams);
+    case ReadPrefetch::kPageKick:
+      return sum_lines_streams<ReadPrefetch::kPageKick>(p, lines, streams);
+    default:
+      return sum_lines_streams<ReadPrefetch::kNone>(p, lines, streams);
   }
 #else
   (void)prefetch;

@@ -55,17 +55,15 @@ class Backend {
   // ops and in-place state ops, out already aliases the right storage).
   virtual void run(const Node& n, const void* prepared, std::span<const Tensor> inputs, Tensor& out,
                    const RunContext& ctx) = 0;
-  // Calls `nodes`, which runs every node of g in order through run(); a backend may set something
-  // up around a whole run (the CPU backend keeps its threads spinning through a decode step).
-  // prepared[i] is what prepare() returned for node i.
-  virtual void run_graph(const Graph& g, std::span<const std::shared_ptr<void>> prepared,
-                         const std::function<void()>& nodes) {
-    (void)g;
-    (void)prepared;
+  // Calls `nodes`, which runs every node of a graph in order through run(); a backend may set
+  // something up around a whole run (the CPU backend keeps its threads spinning through a decode
+  // step). spin_threads is what threads_spin() said of the graph at compile time.
+  virtual void run_graph(bool spin_threads, const std::function<void()>& nodes) {
+    (void)spin_threads;
     nodes();
   }
-  // Whether run_graph keeps the threads spinning between the ops of g rather than starting a
-  // parallel region per loop (Executable::threads_spin, for tests and tools).
+  // Whether run_graph should keep the threads spinning between the ops of g rather than start a
+  // parallel region per loop; asked once per graph, at compile time.
   virtual bool threads_spin(const Graph& g, std::span<const std::shared_ptr<void>> prepared) const {
     (void)g;
     (void)prepared;

@@ -141,6 +141,7 @@ void Executable::prepare(WeightStore& weights) {
     }
     prepared_[i] = backend_.prepare(graph_, node, weights);
   }
+  spin_threads_ = backend_.threads_spin(graph_, prepared_);
   prepare_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -155,7 +156,13 @@ void Executable::plan() {
       last_use[size_t(r)] = std::max<int64_t>(last_use[size_t(r)], int64_t(i));
     }
   }
-  for (Value o : graph_.outputs) last_use[size_t(storage_root(graph_, o))] = int64_t(n);
+  // Outputs live outside the arena, in buffers the caller may keep (value_of).
+  pooled_.assign(n, false);
+  output_pool_.assign(n, {});
+  for (Value o : graph_.outputs) {
+    const Value r = storage_root(graph_, o);
+    if (!is_leaf(graph_.node(r).op)) pooled_[size_t(r)] = true;
+  }
 
   struct Buffer {
     size_t node, bytes;
@@ -165,7 +172,7 @@ void Executable::plan() {
   std::vector<Buffer> buffers;
   for (size_t i = 0; i < n; ++i) {
     const Node& node = graph_.nodes[i];
-    if (is_leaf(node.op) || op_info(node.op).view) continue;
+    if (is_leaf(node.op) || op_info(node.op).view || pooled_[i]) continue;
     buffers.push_back({i, node_bytes(node), int64_t(i), std::max<int64_t>(last_use[i], int64_t(i))});
   }
   // Greedy by size: each buffer takes the lowest offset that does not overlap a placed buffer with
@@ -198,65 +205,111 @@ void Executable::plan() {
   arena_ = Tensor::empty({int64_t(std::max<size_t>(total, kAlign))}, DType::boolean);
 }
 
+void Executable::bind() {
+  const size_t n = graph_.nodes.size();
+  values_.assign(n, Tensor());
+  args_.assign(n, {});
+  per_run_.clear();
+  per_run_args_.clear();
+  compute_.clear();
+  std::vector<bool> changes(n, false);  // the node's value differs from run to run
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = graph_.nodes[i];
+    const bool view = op_info(node.op).view;
+    changes[i] = node.op == Op::Input || node.op == Op::State || (!view && offset_[i] < 0 &&
+                                                                  node.op != Op::Weight) ||
+                 (view && changes[size_t(node.inputs[0])]);
+    if (changes[i]) per_run_.push_back(i);
+    if (is_leaf(node.op)) {
+      if (node.op == Op::Weight) values_[i] = weights_[i];
+      continue;
+    }
+    compute_.push_back(i);
+    args_[i].resize(node.inputs.size());
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      const size_t in = size_t(node.inputs[k]);
+      if (changes[in]) per_run_args_.emplace_back(i, k);
+      else args_[i][k] = values_[in];
+    }
+    if (!changes[i]) values_[i] = value_of(i);
+  }
+  bound_ = true;
+}
+
+Tensor Executable::value_of(size_t i) {
+  const Node& node = graph_.nodes[i];
+  if (op_info(node.op).view) {
+    // A view keeps its input's bytes: a weight bound in its stored dtype must not get here.
+    const Tensor& in = values_[size_t(node.inputs[0])];
+    KILN_CHECK(in.dtype() == node.dtype, node.name, ": a ", dtype_name(node.dtype), " view of ",
+               dtype_name(in.dtype()), " data");
+    const size_t skip = node.op == Op::Slice ? size_t(node.i0) * dtype_size(node.dtype) : 0;
+    return Tensor(in.storage(), in.offset() + skip, node.shape, node.dtype);
+  }
+  if (offset_[i] >= 0) return Tensor(arena_.storage(), size_t(offset_[i]), node.shape, node.dtype);
+  if (!pooled_.empty() && pooled_[i]) {
+    // An output: a buffer of this node's pool that nobody holds any more, else a new one.
+    std::vector<Tensor>& pool = output_pool_[i];
+    for (const Tensor& t : pool)
+      if (t.storage().use_count() == 1) return t;
+    Tensor t = Tensor::empty(node.shape, node.dtype);
+    if (pool.size() < kOutputPoolSize) pool.push_back(t);
+    return t;
+  }
+  return Tensor::empty(node.shape, node.dtype);
+}
+
 std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs,
                                     const std::vector<Tensor>& states, const RunContext& ctx) {
   KILN_CHECK(inputs.size() == graph_.inputs.size() && states.size() == graph_.states.size(),
              graph_.function, ": wrong number of inputs or states");
-  const size_t n = graph_.nodes.size();
-  std::vector<Tensor> values(n);
+  if (!bound_) bind();
+  // Drops this run's values however it ends, so that nothing keeps a caller's tensors or an
+  // output the caller let go of.
+  struct Unbind {
+    Executable& e;
+    ~Unbind() {
+      for (size_t i : e.per_run_) e.values_[i] = Tensor();
+      for (const auto& [i, k] : e.per_run_args_) e.args_[i][k] = Tensor();
+    }
+  } unbind{*this};
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Node& node = graph_.node(graph_.inputs[k]);
     KILN_CHECK(inputs[k].shape() == node.shape && inputs[k].dtype() == node.dtype,
                graph_.function, ": input ", node.name, " is ", shape_str(inputs[k].shape()),
                " ", dtype_name(inputs[k].dtype()), ", compiled for ", shape_str(node.shape), " ",
                dtype_name(node.dtype));
-    values[size_t(graph_.inputs[k])] = inputs[k];
+    values_[size_t(graph_.inputs[k])] = inputs[k];
   }
   for (size_t k = 0; k < states.size(); ++k) {
     const Node& node = graph_.node(graph_.states[k]);
     KILN_CHECK(states[k].shape() == node.shape && states[k].dtype() == node.dtype,
                graph_.function, ": state ", node.name, " is ", shape_str(states[k].shape()),
                ", compiled for ", shape_str(node.shape));
-    values[size_t(graph_.states[k])] = states[k];
+    values_[size_t(graph_.states[k])] = states[k];
   }
-  std::vector<Tensor> args;
+  for (size_t i : per_run_) {
+    const Op op = graph_.nodes[i].op;
+    if (op != Op::Input && op != Op::State) values_[i] = value_of(i);
+  }
+  for (const auto& [i, k] : per_run_args_) args_[i][k] = values_[size_t(graph_.nodes[i].inputs[k])];
   OpProfile* profile = runs_++ > 0 ? OpProfile::get() : nullptr;
   if (profile) profile->add_run(graph_.function);
-  backend_.run_graph(graph_, prepared_, [&] {
-    for (size_t i = 0; i < n; ++i) {
+  backend_.run_graph(spin_threads_, [&] {
+    for (size_t i : compute_) {
       const Node& node = graph_.nodes[i];
-      if (node.op == Op::Input || node.op == Op::State) continue;
-      if (node.op == Op::Weight) {
-        values[i] = weights_[i];
-        continue;
-      }
-      args.clear();
-      for (Value in : node.inputs) args.push_back(values[size_t(in)]);
-      Tensor out;
-      if (op_info(node.op).view) {
-        // A view keeps its input's bytes: a weight bound in its stored dtype must not get here.
-        KILN_CHECK(args[0].dtype() == node.dtype, node.name, ": a ", dtype_name(node.dtype),
-                   " view of ", dtype_name(args[0].dtype()), " data");
-        const size_t skip = node.op == Op::Slice ? size_t(node.i0) * dtype_size(node.dtype) : 0;
-        out = Tensor(args[0].storage(), args[0].offset() + skip, node.shape, node.dtype);
-      } else if (offset_[i] >= 0) {
-        out = Tensor(arena_.storage(), size_t(offset_[i]), node.shape, node.dtype);
-      } else {
-        out = Tensor::empty(node.shape, node.dtype);
-      }
       if (profile) {
         const auto t0 = std::chrono::steady_clock::now();
-        backend_.run(node, prepared_[i].get(), args, out, ctx);
-        profile->add(graph_.function, node, args,
+        backend_.run(node, prepared_[i].get(), args_[i], values_[i], ctx);
+        profile->add(graph_.function, node, args_[i],
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       } else {
-        backend_.run(node, prepared_[i].get(), args, out, ctx);
+        backend_.run(node, prepared_[i].get(), args_[i], values_[i], ctx);
       }
-      values[i] = std::move(out);
     }
   });
   std::vector<Tensor> outs;
-  for (Value o : graph_.outputs) outs.push_back(values[size_t(o)]);
+  for (Value o : graph_.outputs) outs.push_back(values_[size_t(o)]);
   return outs;
 }
 

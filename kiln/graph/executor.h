@@ -34,8 +34,9 @@ class Executable {
                                              const CompileOptions& options);
   static std::shared_ptr<Executable> eager(Graph g, Backend& backend, WeightStore& weights);
 
-  // inputs follow graph.inputs order, states graph.states order. Outputs are views into the arena
-  // (compiled) and stay valid until the next run.
+  // inputs follow graph.inputs order, states graph.states order. Outputs are the caller's to keep:
+  // a compiled run writes each into a buffer of a small pool that no one else holds any more, so
+  // a caller that lets go of the last run's outputs gets them back, written over, with no copy.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& states,
                           const RunContext& ctx);
 
@@ -45,12 +46,14 @@ class Executable {
   double prepare_ms() const { return prepare_ms_; }
   bool compiled() const { return compiled_; }
   // Whether a run keeps the backend's threads spinning between ops (Backend::threads_spin).
-  bool threads_spin() const { return backend_.threads_spin(graph_, prepared_); }
+  bool threads_spin() const { return spin_threads_; }
 
  private:
   Executable(Graph g, Backend& backend) : graph_(std::move(g)), backend_(backend) {}
   void prepare(WeightStore& weights);
   void plan();
+  void bind();
+  Tensor value_of(size_t node);
 
   Graph graph_;
   Backend& backend_;
@@ -60,6 +63,19 @@ class Executable {
   std::vector<int64_t> offset_;                  // per node: arena offset, -1 when not planned
   size_t arena_bytes_ = 0;
   Tensor arena_;
+  std::vector<bool> pooled_;                     // per node: an output's storage, outside the arena
+  std::vector<std::vector<Tensor>> output_pool_;  // per node: buffers of a pooled output
+  static constexpr size_t kOutputPoolSize = 4;
+  bool spin_threads_ = false;  // Backend::threads_spin, decided once
+  // What a run hands the backend, bound once (bind): every planned value is the same view of the
+  // arena on every run, so a run sets only the values in per_run_ (inputs, states, outputs,
+  // unplanned values and views of them, in graph order) and the argument slots they feed.
+  bool bound_ = false;
+  std::vector<Tensor> values_;                          // per node
+  std::vector<std::vector<Tensor>> args_;               // per node: its inputs' values
+  std::vector<size_t> per_run_;
+  std::vector<std::pair<size_t, size_t>> per_run_args_;  // (node, input slot)
+  std::vector<size_t> compute_;                         // the nodes the backend runs, in order
   int64_t runs_ = 0;
   double prepare_ms_ = 0;
 };

@@ -242,8 +242,7 @@ Tensor CausalLM::forward(const std::string& function, const Tensor& input_ids,
     states.push_back(cache.k[size_t(l)]);
     states.push_back(cache.v[size_t(l)]);
   }
-  auto outs = exe->run({input_ids, positions, kv_mask}, states, {.slot_offset = slot_offset});
-  return outs[0].clone();  // the arena is reused by the next call
+  return exe->run({input_ids, positions, kv_mask}, states, {.slot_offset = slot_offset})[0];
 }
 
 }  // namespace kiln::models

@@ -159,6 +159,31 @@ TEST(Compile, DecodeStepsKeepTheThreadsSpinning) {
   EXPECT_EQ(m->compile_cache().stats()["decode"].hits, 0);  // find() counts nothing
 }
 
+// A forward's logits are the caller's: the next run never writes over logits still held, and
+// once they are let go their buffer is written again, with no allocation and no copy.
+TEST(Compile, OutputsHeldByTheCallerSurviveTheNextRun) {
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::f32});
+  const int64_t L = 16;
+  auto cache = m->make_cache(1, L);
+  std::vector<int32_t> mask(L, 0);
+  auto step = [&](int32_t id, int64_t slot) {
+    mask[size_t(slot)] = 1;
+    return m->forward("decode", kiln::Tensor::from_vector(std::vector<int32_t>{id}, {1, 1}),
+                      kiln::Tensor::from_vector(std::vector<int32_t>{int32_t(slot)}, {1, 1}),
+                      kiln::Tensor::from_vector(mask, {1, L}), cache, slot);
+  };
+  kiln::Tensor first = step(5, 0);
+  const std::vector<float> kept(first.data<float>(), first.data<float>() + first.numel());
+  kiln::Tensor second = step(7, 1);
+  EXPECT_NE(first.raw(), second.raw());
+  EXPECT_TRUE(std::equal(kept.begin(), kept.end(), first.data<float>()));
+  const void* second_buffer = second.raw();
+  second = kiln::Tensor();
+  kiln::Tensor third = step(9, 2);  // first is still held: the third takes second's buffer
+  EXPECT_EQ(third.raw(), second_buffer);
+  EXPECT_TRUE(std::equal(kept.begin(), kept.end(), first.data<float>()));
+}
+
 TEST(Compile, MissingOrMisshapenTensorsAndBadConfigsNameTheCulprit) {
   auto j = kiln::io::load_json(kTiny + "/config.json");
   auto err = [](const kiln::io::Json& cfg) {

@@ -116,9 +116,8 @@ class CpuBackend final : public graph::Backend {
   // threads spin between them instead of opening a parallel region for each (~3.3 us here). Only
   // where every linear is the GEMV (bf16, few rows) and no op calls oneDNN, whose own parallel
   // regions would get one thread inside the team.
-  void run_graph(const graph::Graph& g, std::span<const std::shared_ptr<void>> prepared,
-                 const std::function<void()>& nodes) override {
-    if (threads_spin(g, prepared))
+  void run_graph(bool spin_threads, const std::function<void()>& nodes) override {
+    if (spin_threads)
       run_with_spinning_team(nodes);
     else
       nodes();

@@ -27,6 +27,11 @@ struct SpinTeam {
   void* ctx = nullptr;
   int nt = 1;
   std::exception_ptr error;
+  // What waiting threads read ahead (read_ahead_for_next_loop), published seqlock-style:
+  // read_ahead_seq is odd while thread 0 rewrites the fields.
+  std::atomic<uint64_t> read_ahead_seq{0};
+  std::atomic<const char*> read_ahead_base{nullptr};
+  std::atomic<int64_t> read_ahead_units{0}, read_ahead_unit_bytes{0}, read_ahead_bytes{0};
 };
 
 SpinTeam*& current_team();  // set on the thread running a team's body, else null
@@ -40,6 +45,15 @@ void run_on_team(SpinTeam& team, Share& share) {
 }
 
 }  // namespace detail
+
+// Names memory that the spinning team's next loop over it will read, split as
+// parallel_for_stealing deals `units` units of `unit_bytes` bytes: until that loop starts, each
+// thread that waits (for work, or at the end of a loop for the others) reads up to `bytes` from
+// the start of its share, so that the loop finds them in its cache. A decode step's threads
+// otherwise wait with the memory idle; each GEMV names the next GEMV's weights
+// (read_ahead_for_gemv). The memory must stay readable until the team's body returns. Only from
+// the thread that runs the team's body; does nothing outside a spinning team.
+void read_ahead_for_next_loop(const void* base, int64_t units, int64_t unit_bytes, int64_t bytes);
 
 // Runs fn(begin, end) over [0, n) split into contiguous chunks, one per thread. Blocks until done.
 // fn must be safe to call concurrently on disjoint ranges.

@@ -90,6 +90,26 @@ TEST(SpinningTeam, LoopsInsideRunEveryIndexOnceOnAllThreads) {
   }
 }
 
+// Reading ahead (what waiting threads do with a named range) changes no loop's work, inside a team
+// or out of one (a no-op there), and a range may be named again before the last was read.
+TEST(SpinningTeam, ReadingAheadLeavesLoopsAlone) {
+  std::vector<char> next(size_t(4) << 20, 1);
+  kiln::read_ahead_for_next_loop(next.data(), 64, 64 << 10, 1 << 20);
+  const int64_t n = 512;
+  std::vector<std::atomic<int>> hits(n);
+  kiln::run_with_spinning_team([&] {
+    for (int rep = 0; rep < 200; ++rep) {
+      kiln::read_ahead_for_next_loop(next.data() + (rep % 2) * (1 << 20), 48, 64 << 10,
+                                     (rep % 3) << 20);
+      kiln::parallel_for_stealing(n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)] += 1;
+      });
+    }
+    kiln::read_ahead_for_next_loop(nullptr, 0, 0, 0);
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 200) << "index " << i;
+}
+
 TEST(SpinningTeam, NestedLoopsAndTeamsRunSeriallyInPlace) {
   std::atomic<int> inner_regions{0}, outer{0};
   kiln::run_with_spinning_team([&] {

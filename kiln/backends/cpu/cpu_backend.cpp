@@ -18,11 +18,11 @@ using graph::Op;
 // Packs (or finds already packed) the weights of a Linear node; shared across graphs by name. They
 // are packed in the dtype the node's input comes in (the model dtype), whatever the stored dtype:
 // an f32 model keeps its bf16 matrices mapped until this widens them.
-std::shared_ptr<void> prepare_linear(const graph::Graph& g, const Node& n,
-                                     graph::WeightStore& weights) {
+std::shared_ptr<PackedLinear> pack_linear(const graph::Graph& g, const Node& n,
+                                         graph::WeightStore& weights) {
   std::string key = "linear:";
   for (const auto& name : n.weight_names) key += name + ";";
-  return weights.prepared(key, [&]() -> std::shared_ptr<void> {
+  auto prepared = weights.prepared(key, [&]() -> std::shared_ptr<void> {
     std::vector<Tensor> ws;
     for (const auto& name : n.weight_names) ws.push_back(weights.get(name));
     const DType compute = g.node(n.inputs.at(0)).dtype;
@@ -33,6 +33,33 @@ std::shared_ptr<void> prepare_linear(const graph::Graph& g, const Node& n,
     weights.add_prepared_bytes(packed->bytes());
     return packed;
   });
+  return std::static_pointer_cast<PackedLinear>(prepared);
+}
+
+bool is_linear(Op op) {
+  return op == Op::Linear || op == Op::LinearResidual || op == Op::LinearSiluMul ||
+         op == Op::LinearQKNormRopeCache;
+}
+
+// What a linear node runs with: its packed weights, and those of the graph's next linear in run
+// order, which it names for the spinning team's waiting threads to read ahead
+// (read_ahead_for_gemv).
+struct PreparedLinear {
+  std::shared_ptr<PackedLinear> w, next;
+};
+
+std::shared_ptr<void> prepare_linear(const graph::Graph& g, const Node& n,
+                                     graph::WeightStore& weights) {
+  auto p = std::make_shared<PreparedLinear>();
+  p->w = pack_linear(g, n, weights);
+  for (size_t i = size_t(&n - g.nodes.data()) + 1; i < g.nodes.size(); ++i) {
+    const Node& m = g.nodes[i];
+    if (!m.dead && is_linear(m.op)) {
+      p->next = pack_linear(g, m, weights);
+      break;
+    }
+  }
+  return p;
 }
 
 // An embedding table that is also a linear's whole weight (the tied lm_head) is looked up in that
@@ -48,7 +75,7 @@ std::shared_ptr<void> prepare_tied_embedding(const graph::Graph& g, const Node& 
   for (const Node& m : g.nodes)
     if (!m.dead && (m.op == Op::Linear || m.op == Op::LinearResidual) &&
         m.weight_names == table.weight_names && g.node(m.inputs.at(0)).dtype == table.dtype)
-      return prepare_linear(g, m, weights);
+      return pack_linear(g, m, weights);
   // Otherwise the lookup reads the stored table, which the loader converts unless it only widens.
   const DType stored = weights.get(table.weight_names.at(0)).dtype();
   KILN_CHECK(stored == table.dtype || (stored == DType::bf16 && table.dtype == DType::f32), n.name,
@@ -93,6 +120,13 @@ void silu_grad(const Tensor& x, const Tensor& dy, Tensor& dx) {
       4096);
 }
 
+// A linear node's packed weights, once the next linear's are named for reading ahead.
+const PackedLinear& weights_reading_ahead(const void* prepared) {
+  const auto& p = *static_cast<const PreparedLinear*>(prepared);
+  if (p.next) read_ahead_for_gemv(*p.next);
+  return *p.w;
+}
+
 class CpuBackend final : public graph::Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -105,9 +139,7 @@ class CpuBackend final : public graph::Backend {
 
   std::shared_ptr<void> prepare(const graph::Graph& g, const Node& n,
                                 graph::WeightStore& weights) override {
-    if (n.op == Op::Linear || n.op == Op::LinearResidual || n.op == Op::LinearSiluMul ||
-        n.op == Op::LinearQKNormRopeCache)
-      return prepare_linear(g, n, weights);
+    if (is_linear(n.op)) return prepare_linear(g, n, weights);
     if (n.op == Op::Embedding) return prepare_tied_embedding(g, n, weights);
     return nullptr;
   }
@@ -142,7 +174,8 @@ class CpuBackend final : public graph::Backend {
         case Op::LinearQKNormRopeCache: {
           // The rows of x, the first input: a fused op's output need not be the projection's
           // (LinearQKNormRopeCache returns q, [B, T, Hq, D]).
-          const auto* p = static_cast<const PackedLinear*>(prepared[i].get());
+          const auto* prep = static_cast<const PreparedLinear*>(prepared[i].get());
+          const PackedLinear* p = prep ? prep->w.get() : nullptr;
           const Shape& x = g.node(n.inputs[0]).shape;
           const int64_t rows = x.empty() ? 0 : numel(x) / x.back();
           if (!p || p->compute_dtype() != DType::bf16 || rows > detail::kGemvMaxM) return false;
@@ -169,11 +202,9 @@ class CpuBackend final : public graph::Backend {
         if (prepared)  // a tied table, read from the lm_head's packed copy
           return embedding_packed(in[0], *static_cast<const PackedLinear*>(prepared), out);
         return embedding(in[0], in[1], out);
-      case Op::Linear: return linear(in[0], *static_cast<const PackedLinear*>(prepared), out);
-      case Op::LinearResidual:
-        return linear(in[0], *static_cast<const PackedLinear*>(prepared), out, &in[1]);
-      case Op::LinearSiluMul:
-        return linear_silu_mul(in[0], *static_cast<const PackedLinear*>(prepared), out);
+      case Op::Linear: return linear(in[0], weights_reading_ahead(prepared), out);
+      case Op::LinearResidual: return linear(in[0], weights_reading_ahead(prepared), out, &in[1]);
+      case Op::LinearSiluMul: return linear_silu_mul(in[0], weights_reading_ahead(prepared), out);
       case Op::BiasAdd: return bias_add(in[0], in[1], out);
       case Op::RMSNorm: return rms_norm(in[0], in[1], n.eps, out);
       case Op::Add: return add(in[0], in[1], out);
@@ -192,9 +223,8 @@ class CpuBackend final : public graph::Backend {
         const Tensor& qn = in.size() > 5 ? in[5] : no_norm;
         const Tensor& kn = in.size() > 6 ? in[6] : no_norm;
         if (n.op == Op::LinearQKNormRopeCache)
-          return linear_qk_norm_rope_cache(in[0], *static_cast<const PackedLinear*>(prepared), qn,
-                                           kn, n.eps, in[1], in[2], ctx.slot_offset, out, k_cache,
-                                           v_cache);
+          return linear_qk_norm_rope_cache(in[0], weights_reading_ahead(prepared), qn, kn, n.eps,
+                                           in[1], in[2], ctx.slot_offset, out, k_cache, v_cache);
         return qk_norm_rope_cache(in[0], qn, kn, n.eps, in[1], in[2], ctx.slot_offset, out, k_cache,
                                   v_cache);
       }

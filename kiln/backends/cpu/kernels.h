@@ -43,6 +43,11 @@ class PackedLinear {
   virtual void read_rows(const int32_t* ids, int64_t n, float* out) const = 0;
 };
 
+// Names w as what the spinning team's next decode GEMV reads (read_ahead_for_next_loop): the
+// threads that wait before it read the first part of their shares of w. Nothing where w does not
+// run on the bf16 GEMV.
+void read_ahead_for_gemv(const PackedLinear& w);
+
 // y [M, N] = x [M, K] @ W^T (+ residual [M, N] if given).
 //   x: act (converted to the weight's compute dtype internally if it differs)
 //   y: f32 or bf16; residual: f32 and may alias y (in-place residual add).

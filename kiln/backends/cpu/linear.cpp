@@ -257,6 +257,16 @@ std::shared_ptr<PackedLinear> PackedLinear::pack_concat(const std::vector<Tensor
   return p;
 }
 
+void read_ahead_for_gemv(const PackedLinear& packed) {
+  const auto& w = dynamic_cast<const PackedLinearImpl&>(packed);
+  if (w.compute_ != DType::bf16 || !detail::bf16_linear_on_kiln()) return;
+  // Up to 1 MiB a thread, half its L2 on the Zen 5: 128 KiB, 256 KiB and 1 MiB measured alike
+  // (docs/benchmarks.md, thirty-fifth session).
+  constexpr int64_t kReadAhead = 1 << 20;
+  read_ahead_for_next_loop(w.buf_->ptr, (w.n_ + detail::kBlockN - 1) / detail::kBlockN,
+                           w.kp_ * detail::kBlockN * 2, kReadAhead);
+}
+
 void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor* residual) {
   const auto& w = dynamic_cast<const PackedLinearImpl&>(packed);
   const int64_t N = w.n_, K = w.k_;

@@ -44,9 +44,12 @@ class PackedLinear {
 };
 
 // Names w as what the spinning team's next decode GEMV reads (read_ahead_for_next_loop): the
-// threads that wait before it read the first part of their shares of w. Nothing where w does not
-// run on the bf16 GEMV.
+// threads that wait before it read the first part of their shares of w, up to the bytes set
+// below. Nothing where w does not run on the bf16 GEMV.
 void read_ahead_for_gemv(const PackedLinear& w);
+// The bytes each thread reads ahead (default 1 MiB; 0 turns reading ahead off), process-wide:
+// for measuring it (bench/bench_decode_ab.cpp).
+void set_decode_read_ahead_bytes(int64_t bytes);
 
 // y [M, N] = x [M, K] @ W^T (+ residual [M, N] if given).
 //   x: act (converted to the weight's compute dtype internally if it differs)

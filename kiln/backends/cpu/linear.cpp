@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -257,14 +258,22 @@ std::shared_ptr<PackedLinear> PackedLinear::pack_concat(const std::vector<Tensor
   return p;
 }
 
+namespace {
+// Up to 1 MiB a thread, half its L2 on the Zen 5: 128 KiB, 256 KiB and 1 MiB measured alike
+// (docs/benchmarks.md, thirty-fifth session).
+std::atomic<int64_t> read_ahead_bytes{int64_t(1) << 20};
+}  // namespace
+
+void set_decode_read_ahead_bytes(int64_t bytes) {
+  read_ahead_bytes.store(std::max<int64_t>(0, bytes), std::memory_order_relaxed);
+}
+
 void read_ahead_for_gemv(const PackedLinear& packed) {
   const auto& w = dynamic_cast<const PackedLinearImpl&>(packed);
-  if (w.compute_ != DType::bf16 || !detail::bf16_linear_on_kiln()) return;
-  // Up to 1 MiB a thread, half its L2 on the Zen 5: 128 KiB, 256 KiB and 1 MiB measured alike
-  // (docs/benchmarks.md, thirty-fifth session).
-  constexpr int64_t kReadAhead = 1 << 20;
+  const int64_t bytes = read_ahead_bytes.load(std::memory_order_relaxed);
+  if (bytes == 0 || w.compute_ != DType::bf16 || !detail::bf16_linear_on_kiln()) return;
   read_ahead_for_next_loop(w.buf_->ptr, (w.n_ + detail::kBlockN - 1) / detail::kBlockN,
-                           w.kp_ * detail::kBlockN * 2, kReadAhead);
+                           w.kp_ * detail::kBlockN * 2, bytes);
 }
 
 void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor* residual) {

@@ -216,9 +216,11 @@ void Executable::bind() {
   for (size_t i = 0; i < n; ++i) {
     const Node& node = graph_.nodes[i];
     const bool view = op_info(node.op).view;
-    changes[i] = node.op == Op::Input || node.op == Op::State || (!view && offset_[i] < 0 &&
-                                                                  node.op != Op::Weight) ||
-                 (view && changes[size_t(node.inputs[0])]);
+    if (view)
+      changes[i] = changes[size_t(node.inputs[0])];
+    else
+      changes[i] = node.op == Op::Input || node.op == Op::State ||
+                   (node.op != Op::Weight && offset_[i] < 0);  // outside the arena
     if (changes[i]) per_run_.push_back(i);
     if (is_leaf(node.op)) {
       if (node.op == Op::Weight) values_[i] = weights_[i];

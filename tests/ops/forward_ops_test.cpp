@@ -181,8 +181,11 @@ void run_kv_cache_write(const OpBackend& be, DType dt, Tol tol) {
 // Reference for the fused prologue: per-head RMSNorm (f32 output, so no rounding), RoPE, caches
 // rounded once on store.
 void run_qk_norm_rope_cache(const OpBackend& be, DType dt, Tol tol) {
-  const int64_t b = 2, t = 3, hq = 4, hkv = 2, d = 32, l = 6, off = 2;
+  const int64_t b = 2, t = 3, hq = 4, hkv = 2, l = 6, off = 2;
+  // 64 and 128: the head dims the epilogue keeps in registers (rope.cpp); 32 the helpers' path.
+  for (int64_t d : {32, 64, 128})
   for (bool with_norm : {true, false}) {
+    SCOPED_TRACE("head_dim " + std::to_string(d));
     Tensor qkv = random_tensor({b * t, (hq + 2 * hkv) * d}, DType::f32, 13, -2.f, 2.f);
     Tensor qn = with_norm ? random_tensor({d}, dt, 14, 0.5f, 1.5f) : Tensor();
     Tensor kn = with_norm ? random_tensor({d}, dt, 15, 0.5f, 1.5f) : Tensor();

@@ -1,6 +1,7 @@
 // Rotary embeddings (rotate_half convention) and the fused attention prologue
 // qk_norm_rope_cache. The fused kernel calls the same per-row helpers as the unfused kernels
-// (rms_norm_row, rope_row, store_row), so both paths give identical bits.
+// (rms_norm_row, rope_row, store_row), or at head_dim 64 and 128 their operations in the same
+// order on a head held in registers, so both paths give identical bits.
 #include <cmath>
 #include <vector>
 

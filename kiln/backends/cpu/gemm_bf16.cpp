@@ -574,7 +574,7 @@ void qkv_tiles(const Problem& P, int64_t ic, int64_t mc, int64_t col, TileA a_bl
       }
       P.tiles[rows](pairs, a_tile, bpanel + part * P.b_panel_stride, out);
     }
-    for (int64_t r = 0; r < rows; ++r) P.qkv->apply(ic + ir + r, head, tile + r * d);
+    P.qkv->apply_rows(ic + ir, rows, head, tile);
   }
 }
 

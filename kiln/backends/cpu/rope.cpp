@@ -2,6 +2,7 @@
 // qk_norm_rope_cache. The fused kernel calls the same per-row helpers as the unfused kernels
 // (rms_norm_row, rope_row, store_row), or at head_dim 64 and 128 their operations in the same
 // order on a head held in registers, so both paths give identical bits.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -109,7 +110,7 @@ void qk_norm_rope_cache(const Tensor& qkv, const Tensor& q_norm, const Tensor& k
       if (r + kRowsAhead < r1) detail::prefetch_bytes(in + kRowsAhead * row, row * 4);
       for (int64_t h = 0; h < heads; ++h) {
         std::copy(in + h * e.d, in + (h + 1) * e.d, buf.data());
-        e.apply(r, h, buf.data());
+        e.apply_rows(r, 1, h, buf.data());
       }
     }
   });
@@ -165,69 +166,95 @@ QkvEpilogue QkvEpilogue::make(const char* op, int64_t rows, int64_t cols, const 
 namespace {
 
 #ifdef KILN_SIMD_VEC
-// QkvEpilogue::apply for a head_dim D known at compile time: the head is loaded into registers
-// once and stored once, with the row helpers' operations in their order (dot_f32's two
-// accumulators, rms_inv, rms_norm_row, rope_row), so the bits are theirs. Through the helpers,
-// each loading and storing the row, a head took 46 ns, in registers 28 (one thread, in cache);
-// in the qkv GEMM of a 128-token prefill, 1-4 % of the projection's time.
+// QkvEpilogue::apply_rows for a head_dim D known at compile time, with the row helpers'
+// operations in their order (dot_f32's two accumulators, rms_inv, rms_norm_row, rope_row), so the
+// bits are theirs. A head is loaded into registers and stored once: through the helpers, each
+// loading and storing the row, a head took 46 ns, in registers 28 (one thread, in cache). And
+// every row's norm factor is taken before any row is scaled, so that the rows' reductions and
+// square roots (a chain of ~100 cycles a head) overlap: in the qkv GEMM's tiles of 5-6 rows,
+// a prefill of 512 tokens took 1.9 % less time, of 128 tokens 0.3-1.1 % (docs/benchmarks.md,
+// thirty-seventh session).
 template <int64_t D>
-void apply_in_registers(const QkvEpilogue& e, int64_t m, int64_t head, const float* x) {
+void apply_rows_in_registers(const QkvEpilogue& e, int64_t m0, int64_t rows, int64_t head,
+                             const float* x) {
   static_assert(D % (2 * kLanes) == 0);
   constexpr int V = int(D / kLanes), H = V / 2;
-  VecF v[V];
-  for (int i = 0; i < V; ++i) v[i] = vload(x + i * kLanes);
-  auto store = [&](void* base, DType t, int64_t offset) {
+  auto store = [](const VecF (&v)[V], void* base, DType t, int64_t offset) {
     if (t == DType::f32)
       for (int i = 0; i < V; ++i) vstore(static_cast<float*>(base) + offset + i * kLanes, v[i]);
     else
       for (int i = 0; i < V; ++i) vstore(static_cast<bf16_t*>(base) + offset + i * kLanes, v[i]);
   };
-  const int64_t slot = (m / e.t * e.l + e.slot_offset + m % e.t) * e.hkv * D;
-  if (head >= e.hq + e.hkv)  // v: as projected
-    return store(e.v_cache, e.cache_dtype, slot + (head - e.hq - e.hkv) * D);
-  const bool is_q = head < e.hq;
-  if (e.norm) {
-    VecF acc0 = vzero(), acc1 = vzero();
-    for (int i = 0; i < V; i += 2) {
-      acc0 = vfmadd(v[i], v[i], acc0);
-      acc1 = vfmadd(v[i + 1], v[i + 1], acc1);
+  auto slot = [&](int64_t m) { return (m / e.t * e.l + e.slot_offset + m % e.t) * e.hkv * D; };
+  const bool is_q = head < e.hq, is_v = head >= e.hq + e.hkv;
+  constexpr int64_t kMaxRows = 16;
+  float scale[kMaxRows];
+  for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
+    const int64_t n = std::min(kMaxRows, rows - r0);
+    if (e.norm && !is_v)
+      for (int64_t r = 0; r < n; ++r) {
+        const float* xr = x + (r0 + r) * D;
+        VecF acc0 = vzero(), acc1 = vzero();
+        for (int i = 0; i < V; i += 2) {
+          const VecF a = vload(xr + i * kLanes), b = vload(xr + (i + 1) * kLanes);
+          acc0 = vfmadd(a, a, acc0);
+          acc1 = vfmadd(b, b, acc1);
+        }
+        scale[r] = 1.f / std::sqrt(vreduce_add(vadd(acc0, acc1)) / float(D) + e.eps);
+      }
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t m = m0 + r0 + r;
+      const float* xr = x + (r0 + r) * D;
+      VecF v[V];
+      for (int i = 0; i < V; ++i) v[i] = vload(xr + i * kLanes);
+      if (is_v) {  // as projected
+        store(v, e.v_cache, e.cache_dtype, slot(m) + (head - e.hq - e.hkv) * D);
+        continue;
+      }
+      if (e.norm) {
+        const VecF vr = vset1(scale[r]);
+        const float* w = e.norm_w.data() + (is_q ? 0 : D);
+        for (int i = 0; i < V; ++i) v[i] = vmul(vmul(v[i], vr), vload(w + i * kLanes));
+      }
+      const float* cs = e.cos_sin + int64_t(e.positions[m]) * D;
+      for (int i = 0; i < H; ++i) {
+        const VecF a = v[i], b = v[i + H], c = vload(cs + i * kLanes),
+                   s = vload(cs + D / 2 + i * kLanes);
+        const VecF ac = vmul(a, c), bc = vmul(b, c), as = vmul(a, s), bs = vmul(b, s);
+        v[i] = vsub(ac, bs);
+        v[i + H] = vadd(bc, as);
+      }
+      if (is_q)
+        store(v, e.q, DType::f32, (m * e.hq + head) * D);
+      else
+        store(v, e.k_cache, e.cache_dtype, slot(m) + (head - e.hq) * D);
     }
-    const VecF r = vset1(1.f / std::sqrt(vreduce_add(vadd(acc0, acc1)) / float(D) + e.eps));
-    const float* w = e.norm_w.data() + (is_q ? 0 : D);
-    for (int i = 0; i < V; ++i) v[i] = vmul(vmul(v[i], r), vload(w + i * kLanes));
   }
-  const float* cs = e.cos_sin + int64_t(e.positions[m]) * D;
-  for (int i = 0; i < H; ++i) {
-    const VecF a = v[i], b = v[i + H], c = vload(cs + i * kLanes),
-               s = vload(cs + D / 2 + i * kLanes);
-    const VecF ac = vmul(a, c), bc = vmul(b, c), as = vmul(a, s), bs = vmul(b, s);
-    v[i] = vsub(ac, bs);
-    v[i + H] = vadd(bc, as);
-  }
-  if (is_q)
-    store(e.q, DType::f32, (m * e.hq + head) * D);
-  else
-    store(e.k_cache, e.cache_dtype, slot + (head - e.hq) * D);
 }
 #endif
 
 }  // namespace
 
-void QkvEpilogue::apply(int64_t m, int64_t head, float* x) const {
+void QkvEpilogue::apply_rows(int64_t m0, int64_t rows, int64_t head, float* x) const {
 #ifdef KILN_SIMD_VEC
-  if (d == 128) return apply_in_registers<128>(*this, m, head, x);
-  if (d == 64) return apply_in_registers<64>(*this, m, head, x);
+  if (d == 128) return apply_rows_in_registers<128>(*this, m0, rows, head, x);
+  if (d == 64) return apply_rows_in_registers<64>(*this, m0, rows, head, x);
 #endif
-  const int64_t slot = (m / t * l + slot_offset + m % t) * hkv * d;
-  if (head >= hq + hkv)  // v: as projected
-    return store_row(x, d, v_cache, cache_dtype, slot + (head - hq - hkv) * d);
-  const bool is_q = head < hq;
-  if (norm) rms_norm_row(x, norm_w.data() + (is_q ? 0 : d), d, eps, false, x);
-  rope_row(x, cos_sin + int64_t(positions[m]) * d, d, false);
-  if (is_q)
-    std::copy(x, x + d, q + (m * hq + head) * d);
-  else
-    store_row(x, d, k_cache, cache_dtype, slot + (head - hq) * d);
+  for (int64_t r = 0; r < rows; ++r, x += d) {
+    const int64_t m = m0 + r;
+    const int64_t slot = (m / t * l + slot_offset + m % t) * hkv * d;
+    if (head >= hq + hkv) {  // v: as projected
+      store_row(x, d, v_cache, cache_dtype, slot + (head - hq - hkv) * d);
+      continue;
+    }
+    const bool is_q = head < hq;
+    if (norm) rms_norm_row(x, norm_w.data() + (is_q ? 0 : d), d, eps, false, x);
+    rope_row(x, cos_sin + int64_t(positions[m]) * d, d, false);
+    if (is_q)
+      std::copy(x, x + d, q + (m * hq + head) * d);
+    else
+      store_row(x, d, k_cache, cache_dtype, slot + (head - hq) * d);
+  }
 }
 
 }  // namespace detail

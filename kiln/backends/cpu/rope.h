@@ -34,9 +34,10 @@ struct QkvEpilogue {
                           const Tensor& k_norm, float eps, const Tensor& positions,
                           const Tensor& cos_sin, int64_t slot_offset, Tensor& q_out,
                           Tensor& k_cache, Tensor& v_cache);
-  // Head `head` (q heads first, then k, then v) of row m, whose d values x holds (overwritten):
-  // q and k normed and rotated, q stored to q, k and v to their cache slot.
-  void apply(int64_t m, int64_t head, float* x) const;
+  // Head `head` (q heads first, then k, then v) of rows [m0, m0 + rows), row r's d values at
+  // x + r * d (may be overwritten): q and k normed and rotated, q stored to q, k and v to their
+  // cache slots.
+  void apply_rows(int64_t m0, int64_t rows, int64_t head, float* x) const;
 };
 
 // Rotates one head of d values in place: pairs (i, i + d/2) by the angle whose cos/sin are

@@ -3,8 +3,9 @@
 //   decode  (M = 1..8): GB/s of packed weights streamed, vs measure_memory_bandwidth() over as
 //           many bytes
 //   prefill (M = 128, 512): GFLOP/s, vs the machine's bf16 arithmetic peak measured in the process
-//   (measure_arithmetic_peak: vdpbf16ps where the CPU has AVX512_BF16, ~836 GFLOP/s on the 2-core
-//   Zen 5 of shared/MACHINE.md; f32 FMAs elsewhere) or --peak, and vs measure_gemm_peak(bf16).
+//   (measure_arithmetic_peak: vdpbf16ps where the CPU has AVX512_BF16, 850-950 GFLOP/s on the
+//   2-core Zen 5 VM with 24 chains, ~836 with the 12 it had before the thirty-seventh session;
+//   f32 FMAs elsewhere) or --peak, and vs measure_gemm_peak(bf16).
 // Every layer gets its own packed copy, as in the real model, so decode cannot hit in cache.
 // Decode's model order alternates with plain reads of the same bytes, repeat by repeat, each with
 // one prefetch per 4 KiB page as the GEMVs take (kick_page_ahead): one block at a time (one stream

@@ -170,10 +170,10 @@ namespace {
 // operations in their order (dot_f32's two accumulators, rms_inv, rms_norm_row, rope_row), so the
 // bits are theirs. A head is loaded into registers and stored once: through the helpers, each
 // loading and storing the row, a head took 46 ns, in registers 28 (one thread, in cache). And
-// every row's norm factor is taken before any row is scaled, so that the rows' reductions and
-// square roots (a chain of ~100 cycles a head) overlap: in the qkv GEMM's tiles of 5-6 rows,
-// a prefill of 512 tokens took 1.9 % less time, of 128 tokens 0.3-1.1 % (docs/benchmarks.md,
-// thirty-seventh session).
+// every row's norm factor is taken before any row is scaled, so that the rows' chains of sum of
+// squares, horizontal sum and square root (each step waiting on the last) overlap: with the qkv
+// GEMM's tiles of 6 rows, a prefill of 512 tokens took 1.9 % less time, of 128 tokens 0.3-1.1 %
+// (docs/benchmarks.md, thirty-seventh session).
 template <int64_t D>
 void apply_rows_in_registers(const QkvEpilogue& e, int64_t m0, int64_t rows, int64_t head,
                              const float* x) {

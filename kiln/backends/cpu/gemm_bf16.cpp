@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -760,9 +761,10 @@ void run(Problem P) {
       const size_t halved = std::min(kHalvedItems, items.size() - share_begin);
       const int64_t last_rows = P.M - (P.M - 1) / mc_block * mc_block;
       if (P.wide_a || halved == 0 || last_rows < 4 * P.mr) continue;
-      const std::vector<WorkItem> tail(items.end() - std::ptrdiff_t(halved), items.end());
+      WorkItem tail[kHalvedItems];
+      std::copy(items.end() - std::ptrdiff_t(halved), items.end(), tail);
       items.resize(items.size() - halved);
-      for (const WorkItem& w : tail) {
+      for (const WorkItem& w : std::span(tail, halved)) {
         const int64_t mid = w.m0 + round_up((w.m1 - w.m0) / 2, P.mr);
         items.push_back({w.m0, mid, w.n0, w.n1, w.prefetch_end});
         items.push_back({mid, w.m1, w.n0, w.n1, w.prefetch_end});

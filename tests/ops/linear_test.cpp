@@ -128,7 +128,8 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   for (DType c : {DType::bf16, DType::f32}) {
     for (int64_t m : {1, 2, 3, 7, 8, 33, 128}) out.push_back({c, m, 1000, 200});
-    // Prefill past one block of the bf16 GEMM kernel's rows (96) and k (1024).
+    // Prefill past one block of the bf16 GEMM kernel's rows (at most 128) and, on its FMA tiles,
+    // of k (1024); the vdpbf16ps tiles take a packed weight's K in one block, past 1024 here.
     out.push_back({c, 200, 150, 1100});
     for (int64_t m : {1, 5, 9}) {
       out.push_back({c, m, 64, 32});

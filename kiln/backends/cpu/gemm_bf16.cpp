@@ -584,7 +584,15 @@ void qkv_tiles(const Problem& P, int64_t ic, int64_t mc, int64_t col, TileA a_bl
 void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                int64_t prefetch_end = 0) {
   const bool in_place = reads_a_in_place(P);
-  const int64_t kc_max = P.c_bf16 || P.swiglu || P.qkv ? P.K : std::min(P.K, kKC);
+  // K in blocks of kKC, each block's B packed once and reused from L2, except where a block would
+  // buy nothing: a bf16 C (written once), the SwiGLU and qkv epilogues, and B already packed on
+  // the vdpbf16ps tiles, where an f32 C (the prefill's LinearResidual at K = 2048 and 3072) was
+  // written after the first block only to be read back and added to after each later one. In
+  // one block: 128-token prefills 0.980-0.988 of the time in three runs of 40 alternated pairs,
+  // 512 tokens 0.988 and 1.000 (docs/benchmarks.md, thirty-eighth session). The FMA tiles keep
+  // the blocks: a whole K of their widened A (4 bytes a value) is unmeasured.
+  const bool one_block = P.c_bf16 || P.swiglu || P.qkv || (P.b_packed && !P.wide_a);
+  const int64_t kc_max = one_block ? P.K : std::min(P.K, kKC);
   const int64_t pairs_max = (kc_max + 1) / 2;
   const size_t elt = P.c_bf16 ? 2 : 4;
   const PairInterleave& il = pair_interleave();

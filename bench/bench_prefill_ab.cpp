@@ -1,0 +1,100 @@
+// A/B of a change to the code inside one process, prefill by prefill. On this VM whole binaries
+// alternated (bench/ab_kiln_bench.sh) spread over +-5-10 % from run to run, which hides the 1-2 %
+// that most prefill changes are worth; prefills alternated in one process meet the same phases.
+//
+// The library file under test defines the switch for the measurement, and branches on it:
+//     extern "C" { int kiln_ab_variant = 0; }   // outside any namespace; never committed
+//     ... if (kiln_ab_variant == 1) { the change } else { the code as it is } ...
+// This tool sets it to 0 .. V-1 in turn (each round starts one variant later), and prints each
+// variant's median prefill time, the median and quartiles of its time over variant 0's in the same
+// round, and whether its first 64 logits equal variant 0's bit for bit. Without the switch in the
+// library every variant runs the same code, which measures the noise floor.
+//
+// Run: OMP_NUM_THREADS=2 build/bench/bench_prefill_ab MODEL_DIR [--prompt-tokens P] [--rounds R]
+//        [--variants V]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "kiln/models/causal_lm.h"
+
+extern "C" __attribute__((weak)) int kiln_ab_variant;
+
+namespace {
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "bench_prefill_ab: %s\nusage: bench_prefill_ab MODEL_DIR [--prompt-tokens P] "
+               "[--rounds R] [--variants V]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[size_t(q * double(v.size() - 1) + 0.5)];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) usage("no MODEL_DIR");
+  const std::string dir = argv[1];
+  int64_t P = 128;
+  int rounds = 40, variants = 2;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) usage("no value after " + arg);
+    const char* v = argv[++i];
+    if (arg == "--prompt-tokens") P = std::atoll(v);
+    else if (arg == "--rounds") rounds = std::atoi(v);
+    else if (arg == "--variants") variants = std::atoi(v);
+    else usage("unknown argument " + arg);
+  }
+  if (P < 1 || rounds < 1 || variants < 1) usage("counts must be positive");
+  int* const variant = &kiln_ab_variant;
+  if (!variant)
+    std::printf("no kiln_ab_variant in the library: every variant runs the same code\n");
+
+  auto model = kiln::AutoModelForCausalLM::from_pretrained(dir, {.dtype = kiln::DType::bf16});
+  const int64_t L = P + 8;
+  kiln::Tensor ids = kiln::Tensor::empty({1, P}, kiln::DType::i32);
+  kiln::Tensor pos = kiln::Tensor::empty({1, P}, kiln::DType::i32);
+  for (int64_t i = 0; i < P; ++i) {
+    ids.data<int32_t>()[i] = int32_t(1 + i * 7919 % 30000);
+    pos.data<int32_t>()[i] = int32_t(i);
+  }
+  kiln::Tensor mask = kiln::Tensor::zeros({1, L}, kiln::DType::i32);
+  for (int64_t s = 0; s < P; ++s) mask.data<int32_t>()[s] = 1;
+  auto cache = model->make_cache(1, L);
+
+  const size_t V = size_t(variants);
+  std::vector<std::vector<double>> times(V), ratios(V);
+  std::vector<std::vector<float>> first_logits(V);
+  for (int round = 0; round <= rounds; ++round) {  // round 0 compiles, packs and faults in
+    std::vector<double> t(V);
+    for (size_t j = 0; j < V; ++j) {
+      const size_t v = (j + size_t(round)) % V;
+      if (variant) *variant = int(v);
+      const auto t0 = std::chrono::steady_clock::now();
+      kiln::Tensor logits = model->forward("prefill", ids, pos, mask, cache, 0);
+      t[v] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (round == 0) first_logits[v].assign(logits.data<float>(), logits.data<float>() + 64);
+    }
+    if (round == 0) continue;
+    for (size_t v = 0; v < V; ++v) {
+      times[v].push_back(t[v]);
+      ratios[v].push_back(t[v] / t[0]);
+    }
+  }
+  for (size_t v = 0; v < V; ++v)
+    std::printf("variant %zu: median %.2f ms; / variant 0: median %.4f (quartiles %.4f, %.4f); "
+                "logits %s\n",
+                v, 1e3 * quantile(times[v], 0.5), quantile(ratios[v], 0.5),
+                quantile(ratios[v], 0.25), quantile(ratios[v], 0.75),
+                first_logits[v] == first_logits[0] ? "the same" : "DIFFER");
+  return 0;
+}

@@ -74,6 +74,13 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The value a fraction q of the way through v's sorted values (the nearest one): the quartiles of
+// the A/B tools.
+inline double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[size_t(q * double(v.size() - 1) + 0.5)];
+}
+
 // The arguments of the streaming-read benchmarks (bench_read_split, bench_read_loops).
 struct ReadArgs {
   double gb = 1.25;  // buffer size

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/backends/cpu/kernels.h"
+#include "bench/bench_common.h"
 #include "kiln/models/causal_lm.h"
 
 namespace {
@@ -29,10 +30,7 @@ namespace {
   std::exit(2);
 }
 
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[size_t(q * double(v.size() - 1) + 0.5)];
-}
+using kiln::bench::quantile;
 
 }  // namespace
 

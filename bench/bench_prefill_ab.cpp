@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "kiln/models/causal_lm.h"
 
 extern "C" __attribute__((weak)) int kiln_ab_variant;
@@ -33,10 +34,7 @@ namespace {
   std::exit(2);
 }
 
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[size_t(q * double(v.size() - 1) + 0.5)];
-}
+using kiln::bench::quantile;
 
 }  // namespace
 

@@ -74,6 +74,20 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// A batch-1 prompt of P fixed ids (spread over the vocabulary's first 30,000) and its positions
+// 0 .. P - 1: what the A/B tools (bench_decode_ab, bench_prefill_ab) prefill.
+struct FixedPrompt {
+  Tensor ids, pos;
+};
+inline FixedPrompt fixed_prompt(int64_t P) {
+  FixedPrompt p{Tensor::empty({1, P}, DType::i32), Tensor::empty({1, P}, DType::i32)};
+  for (int64_t i = 0; i < P; ++i) {
+    p.ids.data<int32_t>()[i] = int32_t(1 + i * 7919 % 30000);
+    p.pos.data<int32_t>()[i] = int32_t(i);
+  }
+  return p;
+}
+
 // The value a fraction q of the way through v's sorted values (the nearest one): the quartiles of
 // the A/B tools.
 inline double quantile(std::vector<double> v, double q) {

@@ -61,12 +61,7 @@ int main(int argc, char** argv) {
   auto model = kiln::AutoModelForCausalLM::from_pretrained(dir, {.dtype = kiln::DType::bf16});
   const int64_t P = prompt_tokens, L = P + new_tokens;
   const int64_t V = model->config().vocab_size;
-  kiln::Tensor ids = kiln::Tensor::empty({1, P}, kiln::DType::i32);
-  kiln::Tensor pos = kiln::Tensor::empty({1, P}, kiln::DType::i32);
-  for (int64_t i = 0; i < P; ++i) {
-    ids.data<int32_t>()[i] = int32_t(1 + i * 7919 % 30000);
-    pos.data<int32_t>()[i] = int32_t(i);
-  }
+  const auto [ids, pos] = kiln::bench::fixed_prompt(P);
   kiln::Tensor step_ids = kiln::Tensor::empty({1, 1}, kiln::DType::i32);
   kiln::Tensor step_pos = kiln::Tensor::empty({1, 1}, kiln::DType::i32);
   kiln::Tensor mask = kiln::Tensor::zeros({1, L}, kiln::DType::i32);

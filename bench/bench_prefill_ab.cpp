@@ -59,12 +59,7 @@ int main(int argc, char** argv) {
 
   auto model = kiln::AutoModelForCausalLM::from_pretrained(dir, {.dtype = kiln::DType::bf16});
   const int64_t L = P + 8;
-  kiln::Tensor ids = kiln::Tensor::empty({1, P}, kiln::DType::i32);
-  kiln::Tensor pos = kiln::Tensor::empty({1, P}, kiln::DType::i32);
-  for (int64_t i = 0; i < P; ++i) {
-    ids.data<int32_t>()[i] = int32_t(1 + i * 7919 % 30000);
-    pos.data<int32_t>()[i] = int32_t(i);
-  }
+  const auto [ids, pos] = kiln::bench::fixed_prompt(P);
   kiln::Tensor mask = kiln::Tensor::zeros({1, L}, kiln::DType::i32);
   for (int64_t s = 0; s < P; ++s) mask.data<int32_t>()[s] = 1;
   auto cache = model->make_cache(1, L);

@@ -198,6 +198,7 @@ constexpr int kMR = 6;      // rows of the vdpbf16ps tile (6 x 4 accumulators, 4
 constexpr int kFmaMR = 12;  // rows of the FMA tile (12 x 2 accumulators per 32-column half)
 constexpr int kMaxMR = kFmaMR;
 constexpr int64_t kNR = 64;  // columns of the register tile: 4 registers of 16 floats
+constexpr int64_t kBAhead = 16;  // k pairs a panel's first tile requests its B lines ahead
 static_assert(kNR == kBlockN, "a register tile is one packed B panel wide");
 // Block sizes, tuned with bench/bench_gemm.cpp on the lm_head shapes (Zen 5: 48 KiB L1, 1 MiB L2
 // per core): a packed B panel of 512 k pairs x 64 columns is 128 KiB and streams from L2 (4 loads
@@ -289,6 +290,9 @@ struct TileOut {
   // SwiGLU: the tile is the up projection, and gate (a [rows][64] f32 tile of the same rows)
   // makes it SiLU(gate) * up before the store.
   const float* gate = nullptr;
+  // The first row tile on a packed weight panel: it requests its B lines kBAhead k pairs ahead
+  // into L1 (gemm_part).
+  bool first_on_panel = false;
 };
 
 inline __m512 load16(const float* p, bool whole, __mmask16 mask) {
@@ -388,8 +392,15 @@ void micro_tile(int64_t pairs, TileA ta, const uint16_t* bp, const TileOut& out)
     for (int j = 0; j < J; ++j) acc[r][j] = _mm512_setzero_ps();
   prefetch_tile_out(R, out);
   PanelPrefetch pf(out, pairs);
+  const char* b_ahead =
+      out.first_on_panel ? reinterpret_cast<const char*>(bp + kBAhead * 2 * kNR) : nullptr;
   for (int64_t p = 0; p < pairs; ++p, a += a_ps, bp += 2 * kNR) {
     pf.step();
+    if (b_ahead) {
+#pragma GCC unroll 4
+      for (int j = 0; j < J; ++j) _mm_prefetch(b_ahead + 64 * j, _MM_HINT_T0);
+      b_ahead += 4 * kNR;  // bytes of one k pair's 64 columns
+    }
     __m512bh b[J];
 #pragma GCC unroll 4
     for (int j = 0; j < J; ++j) b[j] = as_bh(_mm512_load_si512(bp + 32 * j));
@@ -579,6 +590,7 @@ void qkv_tiles(const Problem& P, int64_t ic, int64_t mc, int64_t col, TileA a_bl
     const TileA a_tile = a_block.rows_from(ir);
     for (int64_t part = 0; part < d / kNR; ++part) {
       TileOut out{tile + part * kNR, nullptr, d, kNR, Store::kSet, 0.f};
+      out.first_on_panel = ir == 0;
       if (next_panel) {  // each panel fetches its share of the same panel of the next head
         const int64_t first = (ir / P.mr) * slice;
         out.prefetch = next_panel + (part * P.b_panel_stride * 2) + first * 64;
@@ -660,6 +672,12 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
           // blocks of rows find the panels in L3 at best; prefetching in them too was 3-6 %
           // faster at M = 512 on Emerald Rapids (on Zen 5, where the first block's prefetch
           // alone was level at M = 512, this is unmeasured).
+          // Still, the first row tile on a panel (TileOut::first_on_panel) ran 40-60 % longer
+          // than the others, and a call's first one 3-5x (its panel is not prefetched): timed
+          // per tile with rdtsc in 128-token prefills. It requests its own B lines 16 k pairs
+          // ahead into L1, which took 128-token prefills to 0.989-0.992 of the time (four runs
+          // of 400 alternated pairs; 8 and 32 pairs ahead, 0.998 and 0.994) and 512-token ones
+          // to 0.997. Not on B packed per block here (training), which is in L2 already.
           const char* next_panel = nullptr;
           const int64_t panel_lines = pairs * 2 * kNR * 2 / 64;
           const int64_t tile_count = (mc + P.mr - 1) / P.mr;
@@ -684,6 +702,7 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                         cols,
                         mode,
                         P.beta};
+            out.first_on_panel = P.b_packed && ir == 0;
             if (next_panel) {
               const int64_t first = (ir / P.mr) * slice;
               out.prefetch = next_panel + first * 64;
@@ -693,6 +712,7 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
             if (P.swiglu) {
               TileOut gate_out{gate_tile, nullptr, kNR, kNR, Store::kSet, 0.f, out.prefetch,
                                out.prefetch_lines};
+              gate_out.first_on_panel = out.first_on_panel;
               P.tiles[rows](pairs, a_tile, bpanel, gate_out);
               out.gate = gate_tile;
               if (out.prefetch) out.prefetch += up_offset * 2;  // the next up panel (bytes)

@@ -57,7 +57,7 @@ class Backend {
                    const RunContext& ctx) = 0;
   // Calls `nodes`, which runs every node of a graph in order through run(); a backend may set
   // something up around a whole run (the CPU backend keeps its threads spinning through a decode
-  // step). spin_threads is what threads_spin() said of the graph at compile time.
+  // step or a prefill). spin_threads is what threads_spin() said of the graph at compile time.
   virtual void run_graph(bool spin_threads, const std::function<void()>& nodes) {
     (void)spin_threads;
     nodes();

@@ -145,9 +145,14 @@ class CpuBackend final : public graph::Backend {
   }
 
   // A decode step is ~170 short parallel loops (GEMVs of ~50-250 us, attention, norms); its
-  // threads spin between them instead of opening a parallel region for each (~3.3 us here). Only
-  // where every linear is the GEMV (bf16, few rows) and no op calls oneDNN, whose own parallel
-  // regions would get one thread inside the team.
+  // threads spin between them instead of opening a parallel region for each (~3.3 us here). A
+  // prefill's are GEMMs of ~0.8-2.3 ms, whose faster thread waits for the other at each end:
+  // on the team it spends that wait reading the start of its share of the next linear's weights
+  // (read_ahead_for_gemv), which the next GEMM's first tile would otherwise fetch from memory at
+  // one core's pace. 128-token prefills took 0.985-0.991 of the time on the team (four runs of
+  // 300-400 alternated pairs), 512-token ones 0.998; on the team with the reading ahead off,
+  // 1.002. Only where no op calls oneDNN, whose own parallel regions would get one thread
+  // inside the team.
   void run_graph(bool spin_threads, const std::function<void()>& nodes) override {
     if (spin_threads)
       run_with_spinning_team(nodes);
@@ -166,19 +171,24 @@ class CpuBackend final : public graph::Backend {
         case Op::Embedding: case Op::RMSNorm: case Op::Add: case Op::SiLU: case Op::Mul:
         case Op::SiluMul: case Op::SplitColumns: case Op::Rope: case Op::KVCacheWrite:
         case Op::QKNormRopeCache: case Op::TakeLastRows: case Op::Cast: case Op::BiasAdd:
-        case Op::Attention:  // B x T <= kGemvMaxM (the linears' rows): the decode path, no oneDNN
+        case Op::Attention:  // kiln's kernels only; its GEMMs run inside its loops' shares
           break;
         case Op::Linear:
         case Op::LinearResidual:
         case Op::LinearSiluMul:
         case Op::LinearQKNormRopeCache: {
-          // The rows of x, the first input: a fused op's output need not be the projection's
+          // The GEMV (bf16, few rows) is kiln's everywhere; a GEMM is where linear_avoids_onednn
+          // says so (the fused ops write f32 where they fall back to linear()). A linear's rows
+          // are those of x, the first input: a fused op's output need not be the projection's
           // (LinearQKNormRopeCache returns q, [B, T, Hq, D]).
           const auto* prep = static_cast<const PreparedLinear*>(prepared[i].get());
           const PackedLinear* p = prep ? prep->w.get() : nullptr;
+          if (!p || p->compute_dtype() != DType::bf16) return false;
           const Shape& x = g.node(n.inputs[0]).shape;
           const int64_t rows = x.empty() ? 0 : numel(x) / x.back();
-          if (!p || p->compute_dtype() != DType::bf16 || rows > detail::kGemvMaxM) return false;
+          const bool fused = n.op == Op::LinearSiluMul || n.op == Op::LinearQKNormRopeCache;
+          if (rows > detail::kGemvMaxM && !linear_avoids_onednn(*p, fused ? DType::f32 : n.dtype))
+            return false;
           any_linear = true;
           break;
         }

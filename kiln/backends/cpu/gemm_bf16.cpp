@@ -214,7 +214,6 @@ constexpr int64_t kMC = 96;    // rows of A per block, reused from L2 across the
 // memory, the two switched call by call in one process): 1-5 % faster at M = 128, level at 512.
 constexpr int64_t kBalancedMaxMC = 128;
 constexpr int64_t kNC = 1024;  // columns of B per packed block
-constexpr int64_t kMaxBf16K = 4096;  // a bf16 C is written once, so its K is one block
 constexpr int64_t kMinRowsForPackedTransB = 128;
 constexpr int64_t kStreamBytes = int64_t(64) << 20;  // bf16 C above this is stored non-temporally
 
@@ -291,7 +290,7 @@ struct TileOut {
   // makes it SiLU(gate) * up before the store.
   const float* gate = nullptr;
   // The first row tile on a packed weight panel: it requests its B lines kBAhead k pairs ahead
-  // into L1 (gemm_part).
+  // into L1 (gemm_part; the vdpbf16ps tiles: on the FMA tiles it is unmeasured and ignored).
   bool first_on_panel = false;
 };
 

@@ -56,6 +56,10 @@ void set_decode_read_ahead_bytes(int64_t bytes);
 //   y: f32 or bf16; residual: f32 and may alias y (in-place residual add).
 // Must be fast for M = 1..8 (decode, memory bound: stream W once) and M >= 32 (prefill, FLOP bound).
 void linear(const Tensor& x, const PackedLinear& w, Tensor& y, const Tensor* residual = nullptr);
+// Whether linear() (and the fused linears below, whose fallbacks write f32) with w and a y of
+// dtype y runs on kiln's own kernels for any number of rows: no oneDNN call, so it may run
+// inside run_with_spinning_team.
+bool linear_avoids_onednn(const PackedLinear& w, DType y);
 
 // y [M, I] = SiLU(x Wg^T) * (x Wu^T) for a gate_up weight W = [Wg; Wu] [2I, K]: linear then
 // silu_mul, bit for bit where K is one block of the bf16 GEMM (K <= 1024; beyond, within f32

@@ -276,6 +276,13 @@ void read_ahead_for_gemv(const PackedLinear& packed) {
                            w.kp_ * detail::kBlockN * 2, bytes);
 }
 
+bool linear_avoids_onednn(const PackedLinear& packed, DType y) {
+  const auto& w = dynamic_cast<const PackedLinearImpl&>(packed);
+  if (w.compute_ != DType::bf16 || !detail::bf16_linear_on_kiln()) return false;
+  if (!detail::avx512_bf16_kernels()) return true;  // linear_bf16_portable
+  return !detail::gemm_onednn_only() && (y != DType::bf16 || w.kp_ <= detail::kMaxBf16K);
+}
+
 void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, const Tensor* residual) {
   const auto& w = dynamic_cast<const PackedLinearImpl&>(packed);
   const int64_t N = w.n_, K = w.k_;

@@ -121,11 +121,14 @@ void set_bf16_gemm_arithmetic(Bf16GemmArithmetic a);
 // gemm_bf16: the comparison in bench/bench_gemm.cpp and docs/notes/cpu-gemm.md.
 bool gemm_onednn_only();
 
+// The longest K of a bf16 C in kiln's bf16 GEMM (written once, so K is one block).
+constexpr int64_t kMaxBf16K = 4096;
+
 // The same kernel on weights already packed in the layout above (no packing at all):
 // y[M, N] = xb[M, Kp] (bf16, zero past K) x W^T (+ residual, f32 [M, N], may alias an f32 y).
 // panel_stride: bf16 elements from one 64-column panel of w to the next (0: Kp * 64, w packed for
 // exactly Kp; more when w was packed for a longer K and only its first Kp are used).
-// Returns false where it does not apply (no AVX512_BF16, odd Kp, a bf16 y with Kp > 4096).
+// Returns false where it does not apply (no AVX512_BF16, odd Kp, a bf16 y with Kp > kMaxBf16K).
 bool gemm_bf16_packed(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t N,
                       void* y, bool y_bf16, const float* residual, int64_t panel_stride = 0);
 

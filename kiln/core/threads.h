@@ -50,7 +50,7 @@ void run_on_team(SpinTeam& team, Share& share) {
 // parallel_for_stealing deals `units` units of `unit_bytes` bytes: until that loop starts, each
 // thread that waits (for work, or at the end of a loop for the others) reads up to `bytes` from
 // the start of its share, so that the loop finds them in its cache. A decode step's threads
-// otherwise wait with the memory idle; each GEMV names the next GEMV's weights
+// otherwise wait with the memory idle; each linear names the next linear's weights
 // (read_ahead_for_gemv). The memory must stay readable until the team's body returns. Only from
 // the thread that runs the team's body; does nothing outside a spinning team.
 void read_ahead_for_next_loop(const void* base, int64_t units, int64_t unit_bytes, int64_t bytes);

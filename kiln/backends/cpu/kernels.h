@@ -43,9 +43,10 @@ class PackedLinear {
   virtual void read_rows(const int32_t* ids, int64_t n, float* out) const = 0;
 };
 
-// Names w as what the spinning team's next decode GEMV reads (read_ahead_for_next_loop): the
-// threads that wait before it read the first part of their shares of w, up to the bytes set
-// below. Nothing where w does not run on the bf16 GEMV.
+// Names w as what the spinning team's next linear reads (read_ahead_for_next_loop): a decode
+// GEMV, or a prefill GEMM, whose first panels a call would otherwise fetch from memory at one
+// core's pace. The threads that wait before it read the first part of their shares of w, up to
+// the bytes set below. Nothing where w does not run on kiln's bf16 kernels.
 void read_ahead_for_gemv(const PackedLinear& w);
 // The bytes each thread reads ahead (default 1 MiB; 0 turns reading ahead off), process-wide:
 // for measuring it (bench/bench_decode_ab.cpp).

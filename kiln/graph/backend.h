@@ -49,6 +49,14 @@ class Backend {
   // Whether run() takes op. The epilogue fusions emit their op only where this says so (a backend
   // whose kernel would just run the unfused pair leaves the pair, and its planned buffer, alone).
   virtual bool supports(Op op) const = 0;
+  // Whether run() of this Attention node takes its q grouped, as the producer of q writes it where
+  // the group_attention_q pass applies (graph.h: Attention), for a kernel that would otherwise
+  // make that operand itself.
+  virtual bool attention_takes_grouped_q(const Graph& g, const Node& attention) const {
+    (void)g;
+    (void)attention;
+    return false;
+  }
   // Called once per node at compile time; the result is handed back to run().
   virtual std::shared_ptr<void> prepare(const Graph& g, const Node& n, WeightStore& weights) = 0;
   // inputs[i] is the tensor of n.inputs[i]; out is preallocated with n's shape and dtype (for view

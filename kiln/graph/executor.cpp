@@ -107,6 +107,10 @@ std::shared_ptr<Executable> Executable::compile(Graph g, Backend& backend, Weigh
     if (o.fuse_linear_epilogues)
       g = fuse_linear_epilogues(g, [&](Op op) { return backend.supports(op); });
     if (o.fuse_residual) g = fuse_residual(g);
+    if (o.group_attention_q)
+      g = group_attention_q(g, [&](const Graph& graph, const Node& attention) {
+        return backend.attention_takes_grouped_q(graph, attention);
+      });
   }
   g = eliminate_dead_code(g);
   auto exe = std::shared_ptr<Executable>(new Executable(std::move(g), backend));

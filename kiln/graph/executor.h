@@ -25,6 +25,7 @@ struct CompileOptions {
   bool fuse = true;  // all fusion passes
   bool fuse_linears = true, fuse_silu_mul = true, fuse_qk_norm_rope = true, fuse_residual = true;
   bool fuse_linear_epilogues = true;  // where the backend supports the fused op
+  bool group_attention_q = true;      // where the backend's attention takes it
   bool plan_memory = true;
 };
 

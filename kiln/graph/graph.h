@@ -48,7 +48,9 @@ enum class Op : uint8_t {
   QKNormRopeCache,  // (qkv, q_norm, k_norm, positions, cos_sin, k_cache, v_cache) -> q f32; writes caches
   LinearQKNormRopeCache,  // (x, positions, cos_sin, k_cache, v_cache[, q_norm, k_norm]) -> the same
                           //   from x and the qkv weights (QKNormRopeCache over Linear, fused)
-  Attention,        // (q f32 [B,T,Hq,D], k [B,L,Hkv,D], v, kv_mask i32 [B, L]) -> act [B,T,Hq,D]
+                          // Either may write q grouped for its Attention (group_attention_q).
+  Attention,        // (q f32 [B,T,Hq,D], k [B,L,Hkv,D], v, kv_mask i32 [B, L]) -> act [B,T,Hq,D];
+                    //   or q grouped: bf16 [B,Hkv,T,G,D], scaled by 1/sqrt(D) (cpu/kernels.h)
   TakeLastRows,     // (x [B*T, H]) -> [B, H]: row t = T-1 of each batch entry
   Cast,             // (x) -> attrs dtype
   // Training: weights are States bound at run time (they change every step), gradients of weights

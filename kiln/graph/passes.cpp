@@ -256,6 +256,32 @@ Graph fuse_residual(const Graph& g) {
   });
 }
 
+Graph group_attention_q(const Graph& g,
+                        const std::function<bool(const Graph&, const Node&)>& takes) {
+  auto users = users_of(g);
+  std::map<Value, Value> grouped;  // q producer -> its Attention
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& a = g.nodes[i];
+    if (a.dead || a.op != Op::Attention) continue;
+    const Value q = a.inputs[0];
+    if ((is(g, q, Op::QKNormRopeCache) || is(g, q, Op::LinearQKNormRopeCache)) &&
+        users[size_t(q)].size() == 1 && g.node(q).shape.size() == 4 && takes(g, a))
+      grouped[q] = Value(i);
+  }
+  Rewriter rw(g);
+  return rw.run([&](Value i, const Node& n) -> Value {
+    auto it = grouped.find(i);
+    if (it == grouped.end()) return kCopy;
+    Node p = n;
+    for (Value& in : p.inputs) in = rw.map(in);
+    // [B, T, Hq, D] -> [B, Hkv, T, G, D], Hkv from the attention's k [B, L, Hkv, D].
+    const int64_t hkv = g.node(g.node(it->second).inputs[1]).shape.at(2);
+    p.shape = {n.shape[0], hkv, n.shape[1], n.shape[2] / hkv, n.shape[3]};
+    p.dtype = DType::bf16;
+    return rw.emit(std::move(p));
+  });
+}
+
 Graph eliminate_dead_code(const Graph& g) {
   std::vector<bool> live(g.nodes.size(), false);
   for (Value o : g.outputs) live[size_t(o)] = true;

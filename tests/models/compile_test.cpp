@@ -168,6 +168,51 @@ TEST(Compile, Bf16GraphsKeepTheThreadsSpinning) {
   EXPECT_FALSE(f32->compile_cache().find(keys[0])->threads_spin());
 }
 
+// Where the attention kernel takes its q grouped (bf16 [B, Hkv, T, G, D], scaled: cpu/kernels.h),
+// the qkv prologue writes it so, and only a q that the attention alone reads.
+TEST(Compile, PrefillAttentionTakesItsQGroupedFromTheQkvPrologue) {
+  using kiln::graph::Graph, kiln::graph::Node;
+  auto cfg = kiln::models::ModelConfig::from_pretrained(kTiny);
+  const int layers = int(cfg.num_hidden_layers);
+  const int64_t hkv = cfg.num_key_value_heads, G = cfg.num_attention_heads / hkv;
+  auto grouped = [](const Graph& g) {
+    int n = 0;
+    for (const auto& node : g.nodes)
+      if (!node.dead && (node.op == Op::QKNormRopeCache || node.op == Op::LinearQKNormRopeCache) &&
+          node.dtype == kiln::DType::bf16 && node.shape.size() == 5)
+        ++n;
+    return n;
+  };
+  auto always = [](const Graph&, const Node&) { return true; };
+  auto g = fused(kiln::models::build_decoder_graph(cfg, kiln::DType::bf16, "prefill", 2, 32, 64));
+  const Graph all = kiln::graph::group_attention_q(g, always);
+  EXPECT_EQ(grouped(all), layers);
+  for (const auto& n : all.nodes) {
+    if (n.op == Op::QKNormRopeCache) {
+      EXPECT_EQ(n.shape, kiln::Shape({2, hkv, 32, G, cfg.head_dim}));
+    }
+  }
+  for (auto& n : g.nodes)  // a q that the graph also returns stays f32
+    if (n.op == Op::QKNormRopeCache) {
+      g.outputs.push_back(kiln::graph::Value(&n - g.nodes.data()));
+      break;
+    }
+  EXPECT_EQ(grouped(kiln::graph::group_attention_q(g, always)), layers - 1);
+
+  // The CPU backend's kernel takes it in a prefill over a bf16 cache (T >= 32) where kiln's
+  // AVX512_BF16 kernels are built; never in decode or in an f32 model.
+  auto m = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::bf16});
+  m->warmup("decode", 1, 1, 64);
+  m->warmup("prefill", 1, 32, 64);
+  for (const auto& key : m->compile_cache().keys()) {
+    const int want = key.function == "prefill" && kiln::cpu::detail::avx512_bf16_kernels() ? layers : 0;
+    EXPECT_EQ(grouped(m->compile_cache().find(key)->graph()), want) << key.function;
+  }
+  auto f32 = kiln::AutoModelForCausalLM::from_pretrained(kTiny, {.dtype = kiln::DType::f32});
+  f32->warmup("prefill", 1, 32, 64);
+  EXPECT_EQ(grouped(f32->compile_cache().find(f32->compile_cache().keys().at(0))->graph()), 0);
+}
+
 // A forward's logits are the caller's: the next run never writes over logits still held, and
 // once they are let go their buffer is written again, with no allocation and no copy.
 TEST(Compile, OutputsHeldByTheCallerSurviveTheNextRun) {

@@ -205,6 +205,46 @@ TEST(Attention, DecodeStepsMatchPrefill) {
   }
 }
 
+// A grouped q (bf16 [B, Hkv, T, G, D], scaled: kernels.h) gives the bits of the f32 q it was made
+// from, on every shape of the table that takes one, under both arithmetics of the bf16 GEMM.
+TEST(Attention, GroupedQGivesTheBitsOfItsF32Q) {
+  int ran = 0;
+  cpu::test::for_each_bf16_gemm_arithmetic([&] {
+    for (const AttnShape& s : shapes()) {
+      if (!cpu::attention_takes_grouped_q(s.t, s.hq, s.hkv, s.d, DType::bf16)) continue;
+      ++ran;
+      const int64_t g = s.hq / s.hkv;
+      Tensor q = random_tensor({s.b, s.t, s.hq, s.d}, DType::f32, 31, -2.f, 2.f);
+      Tensor k = random_tensor({s.b, s.l, s.hkv, s.d}, DType::bf16, 32, -2.f, 2.f);
+      Tensor v = random_tensor({s.b, s.l, s.hkv, s.d}, DType::bf16, 33);
+      std::vector<int32_t> mask = make_mask(s);
+      poison_hidden_slots(s, mask, k);
+      poison_hidden_slots(s, mask, v);
+      Tensor kv_mask = Tensor::from_vector(mask, {s.b, s.l});
+      Tensor grouped = Tensor::empty({s.b, s.hkv, s.t, g, s.d}, DType::bf16);
+      const float scale = cpu::attention_scale(s.d);
+      for (int64_t b = 0; b < s.b; ++b)
+        for (int64_t t = 0; t < s.t; ++t)
+          for (int64_t h = 0; h < s.hq; ++h)
+            for (int64_t i = 0; i < s.d; ++i)
+              grouped.data<bf16_t>()[(((b * s.hkv + h / g) * s.t + t) * g + h % g) * s.d + i] =
+                  f32_to_bf16(q.data<float>()[((b * s.t + t) * s.hq + h) * s.d + i] * scale);
+      Tensor from_f32 = Tensor::empty({s.b, s.t, s.hq, s.d}, DType::bf16);
+      Tensor from_grouped = Tensor::empty({s.b, s.t, s.hq, s.d}, DType::bf16);
+      cpu::attention(q, k, v, kv_mask, s.slot_offset, from_f32);
+      cpu::attention(grouped, k, v, kv_mask, s.slot_offset, from_grouped);
+      EXPECT_EQ(from_grouped.to_f32_vector(), from_f32.to_f32_vector()) << s.name;
+    }
+  });
+  if (ran == 0) GTEST_SKIP() << "attention takes no grouped q in this build";
+  // Where the kernel would not take it (an f32 cache), a grouped q is refused by name.
+  Tensor q = Tensor::zeros({1, 1, 40, 2, 64}, DType::bf16);
+  Tensor k = Tensor::zeros({1, 40, 1, 64}, DType::f32);
+  Tensor mask = Tensor::from_vector(std::vector<int32_t>(40, 1), {1, 40});
+  Tensor out = Tensor::empty({1, 40, 2, 64}, DType::f32);
+  EXPECT_THROW(cpu::attention(q, k, k, mask, 0, out), InternalError);
+}
+
 TEST(Attention, RejectsSlotsBeyondCache) {
   Tensor q = Tensor::zeros({1, 2, 2, 16}, DType::f32);
   Tensor k = Tensor::zeros({1, 4, 1, 16}, DType::f32);

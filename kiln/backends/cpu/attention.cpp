@@ -1213,8 +1213,11 @@ __m512 softmax_exp_lanes(const float* s, const int32_t* km, int64_t causal, int6
   return vsum;
 }
 
-void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, const bf16_t* v,
-                            const int32_t* mask, const std::vector<VisRange>& vis, Tensor& out) {
+// q is f32 [B, T, Hq, D], or null where q_grouped holds it as the kernel's operand already
+// (bf16 [B, Hkv, T, G, D], scaled: attention() documents it).
+void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* q_grouped,
+                            const bf16_t* k, const bf16_t* v, const int32_t* mask,
+                            const std::vector<VisRange>& vis, Tensor& out) {
   const int64_t H = a.hkv, G = a.g, D = a.d;
   const int64_t query_block = gemm_query_block();
   const int64_t blocks = (a.t + query_block - 1) / query_block;
@@ -1234,8 +1237,12 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
     auto* kp = static_cast<bf16_t*>(detail::thread_scratch(kScratchK, size_t(H * k_head) * 2));
     auto* vp = static_cast<bf16_t*>(detail::thread_scratch(kScratchV, size_t(H * v_head) * 2));
     // This row's q, pre-scaled and rounded to bf16, as each kv head's GEMM rows: [H][T][G][D], so
-    // an item's rows (t, g) are one contiguous matrix.
-    auto* qb = static_cast<bf16_t*>(detail::thread_scratch(kScratchQ, size_t(a.t * a.hq * D) * 2));
+    // an item's rows (t, g) are one contiguous matrix. Converted here from f32 q, unless the qkv
+    // epilogue wrote it so (q_grouped).
+    bf16_t* const q_converted =
+        q_grouped ? nullptr
+                  : static_cast<bf16_t*>(detail::thread_scratch(kScratchQ, size_t(a.t * a.hq * D) * 2));
+    const bf16_t* const qb = q_grouped ? q_grouped + b * a.t * a.hq * D : q_converted;
     // One pass per kv head prepares its items' operands: q converted, K and V packed. A thread
     // prepares the heads whose items it starts on (parallel_for_stealing below begins each thread
     // on its own contiguous run, as this split does), so it reads its own writes. Its q rows come
@@ -1249,8 +1256,8 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
     parallel_for(H, [&, T = a.t, hq = a.hq, scale = a.scale](int64_t h0, int64_t h1) {
       const __m512 vscale = _mm512_set1_ps(scale);
       const int64_t run = G * D;  // one head's q values of one query
-      bf16_t* const qdst = qb;   // locals: the stores below may alias a captured reference
-      for (int64_t t = 0; t < T; ++t) {
+      bf16_t* const qdst = q_converted;  // locals: the stores below may alias a captured reference
+      for (int64_t t = 0; t < (qdst ? T : 0); ++t) {
         const float* src = q + ((b * T + t) * hq + h0 * G) * D;
         for (int64_t h = h0; h < h1; ++h, src += run) {
           bf16_t* dst = qdst + (h * T + t) * run;
@@ -1353,6 +1360,17 @@ void attention_prefill_gemm(const Dims& a, const float* q, const bf16_t* k, cons
 }
 #endif  // __AVX512BF16__
 
+// Whether a prefill over a bf16 cache runs on kiln's bf16 GEMM (attention_prefill_gemm). Decode's
+// few rows (T * G <= 8) never do.
+bool runs_on_gemm(const Dims& a) {
+#ifdef __AVX512BF16__
+  return a.d % 16 == 0 && a.g <= kRowsMax && a.t >= kGemmMinT;
+#else
+  (void)a;
+  return false;
+#endif
+}
+
 template <typename KT>
 void attention_typed(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                      const std::vector<VisRange>& vis, Tensor& out) {
@@ -1361,8 +1379,7 @@ void attention_typed(const Dims& a, const float* q, const KT* k, const KT* v, co
 #endif
 #ifdef __AVX512BF16__
   if constexpr (std::is_same_v<KT, bf16_t>) {
-    if (a.d % 16 == 0 && a.g <= kRowsMax && a.t >= kGemmMinT)
-      return attention_prefill_gemm(a, q, k, v, mask, vis, out);
+    if (runs_on_gemm(a)) return attention_prefill_gemm(a, q, nullptr, k, v, mask, vis, out);
   }
 #endif
 #ifdef KILN_SIMD_VEC
@@ -1375,37 +1392,61 @@ void attention_typed(const Dims& a, const float* q, const KT* k, const KT* v, co
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_mask,
                int64_t slot_offset, Tensor& out) {
-  KILN_CHECK(q.ndim() == 4 && q.dtype() == DType::f32, "attention: q must be f32 [B, T, Hq, D], got ",
-             shape_str(q.shape()));
+  // q: f32 [B, T, Hq, D], or grouped: bf16 [B, Hkv, T, G, D] (kernels.h).
+  const bool grouped = q.ndim() == 5 && q.dtype() == DType::bf16;
+  KILN_CHECK(grouped || (q.ndim() == 4 && q.dtype() == DType::f32),
+             "attention: q must be f32 [B, T, Hq, D] or bf16 [B, Hkv, T, G, D], got ",
+             dtype_name(q.dtype()), " ", shape_str(q.shape()));
   KILN_CHECK(k.ndim() == 4 && k.shape() == v.shape() && k.dtype() == v.dtype() &&
                  detail::is_act(k.dtype()),
              "attention: k, v must be act [B, L, Hkv, D] of one dtype, got ", shape_str(k.shape()),
              " and ", shape_str(v.shape()));
   Dims a;
   a.b = q.dim(0);
-  a.t = q.dim(1);
-  a.hq = q.dim(2);
-  a.d = q.dim(3);
+  a.t = q.dim(grouped ? 2 : 1);
+  a.hq = grouped ? q.dim(1) * q.dim(3) : q.dim(2);
+  a.d = q.dim(-1);
   a.l = k.dim(1);
   a.hkv = k.dim(2);
-  KILN_CHECK(k.dim(0) == a.b && k.dim(3) == a.d && a.hkv > 0 && a.hq % a.hkv == 0,
+  KILN_CHECK(k.dim(0) == a.b && k.dim(3) == a.d && a.hkv > 0 && a.hq % a.hkv == 0 &&
+                 (!grouped || q.dim(1) == a.hkv),
              "attention: q ", shape_str(q.shape()), " vs k ", shape_str(k.shape()));
   KILN_CHECK(kv_mask.dtype() == DType::i32 && kv_mask.shape() == Shape({a.b, a.l}),
              "attention: kv_mask must be i32 [", a.b, ", ", a.l, "], got ", shape_str(kv_mask.shape()));
-  KILN_CHECK(out.shape() == q.shape() && detail::is_act(out.dtype()),
-             "attention: out must be act ", shape_str(q.shape()), ", got ", shape_str(out.shape()));
+  const Shape out_shape{a.b, a.t, a.hq, a.d};
+  KILN_CHECK(out.shape() == out_shape && detail::is_act(out.dtype()),
+             "attention: out must be act ", shape_str(out_shape), ", got ", shape_str(out.shape()));
   KILN_CHECK(slot_offset >= 0 && slot_offset + a.t <= a.l, "attention: slots [", slot_offset, ", ",
              slot_offset + a.t, ") outside cache length ", a.l);
   a.g = a.hq / a.hkv;
   a.slot_offset = slot_offset;
-  a.scale = 1.f / std::sqrt(float(a.d));
+  a.scale = attention_scale(a.d);
+  KILN_CHECK(!grouped || (k.dtype() == DType::bf16 && runs_on_gemm(a)),
+             "attention: a grouped q is for the bf16 GEMM prefill kernel, which does not take T = ",
+             a.t, ", G = ", a.g, ", D = ", a.d, " over a ", dtype_name(k.dtype()), " cache");
   if (q.numel() == 0) return;
   const std::vector<VisRange> vis = visible_ranges(kv_mask);
   const int32_t* mask = kv_mask.data<int32_t>();
+#ifdef __AVX512BF16__
+  if (grouped)
+    return attention_prefill_gemm(a, nullptr, q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(),
+                                  mask, vis, out);
+#endif
   if (k.dtype() == DType::bf16)
     attention_typed(a, q.data<float>(), k.data<bf16_t>(), v.data<bf16_t>(), mask, vis, out);
   else
     attention_typed(a, q.data<float>(), k.data<float>(), v.data<float>(), mask, vis, out);
+}
+
+bool attention_takes_grouped_q(int64_t t, int64_t hq, int64_t hkv, int64_t d, DType cache) {
+  if (cache != DType::bf16 || hkv <= 0 || hq % hkv != 0) return false;
+  Dims a{};
+  a.t = t;
+  a.hq = hq;
+  a.hkv = hkv;
+  a.d = d;
+  a.g = hq / hkv;
+  return runs_on_gemm(a);
 }
 
 }  // namespace kiln::cpu

@@ -137,6 +137,13 @@ class CpuBackend final : public graph::Backend {
     return op != Op::kCount;
   }
 
+  bool attention_takes_grouped_q(const graph::Graph& g, const Node& attention) const override {
+    const Shape& q = g.node(attention.inputs[0]).shape;  // [B, T, Hq, D]
+    const Node& k = g.node(attention.inputs[1]);          // [B, L, Hkv, D]
+    return q.size() == 4 && k.shape.size() == 4 &&
+           cpu::attention_takes_grouped_q(q[1], q[2], k.shape[2], q[3], k.dtype);
+  }
+
   std::shared_ptr<void> prepare(const graph::Graph& g, const Node& n,
                                 graph::WeightStore& weights) override {
     if (is_linear(n.op)) return prepare_linear(g, n, weights);

@@ -9,6 +9,7 @@
 // the unfused ones, tests/ops holds the fused against the unfused within rounding.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 
@@ -100,7 +101,9 @@ void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin);
 // Fused attention prologue for one layer (Qwen3: q/k-norm then RoPE; Llama/Qwen2: no norm):
 //   qkv: f32 [B*T, (Hq + 2*Hkv) * D] = the fused QKV projection (q heads, then k heads, then v heads)
 //   q_norm, k_norm: f32|bf16 [D], or undefined Tensor for models without q/k-norm; eps as rms_norm.
-//   q_out: f32 [B, T, Hq, D]   (normed, rotated)
+//   q_out: f32 [B, T, Hq, D]   (normed, rotated); or, for an attention() that takes it
+//          (attention_takes_grouped_q), bf16 [B, Hkv, T, G, D] grouped as that kernel reads it:
+//          normed, rotated, scaled by attention_scale(D), rounded once.
 //   k_cache, v_cache: act [B, L, Hkv, D]; rows t of the batch are written at cache slot
 //   `slot_offset + t` (normed+rotated k; raw v).
 // Equals: split qkv; rms_norm per head on q and k; rope on q and k; kv_cache_write.
@@ -128,9 +131,18 @@ void split_columns(const Tensor& x, int64_t col_begin, Tensor& y);
 //   kv_mask: i32 [B, L], 1 where a slot holds a real token (0 for left padding and unused slots)
 //   query t sits at slot `slot_offset + t` and attends slots j <= slot_offset + t with kv_mask[b][j]
 //   (causal by slot). A query with no visible slot (a padding row) outputs zeros.
-//   out: act [B, T, Hq, D]. softmax in f32 with scale 1/sqrt(D).
+//   out: act [B, T, Hq, D]. softmax in f32 with scale attention_scale(D).
+// Where attention_takes_grouped_q says so, q may instead be bf16 [B, Hkv, T, G, D] (G = Hq / Hkv):
+// each kv head's query rows (t, g) side by side, scaled by attention_scale(D) and rounded to bf16.
+// That is the operand the prefill kernel makes of an f32 q, so either form gives the same bits;
+// qk_norm_rope_cache writes it directly, and the kernel is spared reading f32 q back and
+// converting it (the f32 rows were written only to be read once).
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_mask,
                int64_t slot_offset, Tensor& out);
+inline float attention_scale(int64_t d) { return 1.f / std::sqrt(float(d)); }
+// Whether attention() over T queries a row, Hq and Hkv heads of dimension D and a cache of
+// `cache` dtype takes a grouped q (bf16 caches, T >= 32, in builds with AVX512_BF16).
+bool attention_takes_grouped_q(int64_t t, int64_t hq, int64_t hkv, int64_t d, DType cache);
 
 // ---------------------------------------------------------------------------------------------------
 // Backward kernels (training). Gradients are f32; forward inputs are re-read as stored.

@@ -51,11 +51,16 @@ void check_rope_args(const char* op, const Tensor& x, const Tensor& positions,
                      const Tensor& cos_sin) {
   KILN_CHECK(x.ndim() == 4 && x.dtype() == DType::f32, op, ": x must be f32 [B, T, H, D], got ",
              shape_str(x.shape()));
-  KILN_CHECK(positions.dtype() == DType::i32 && positions.ndim() == 2 &&
-                 positions.dim(0) == x.dim(0) && positions.dim(1) == x.dim(1),
+  check_rope_tables(op, x.dim(0), x.dim(1), x.dim(3), positions, cos_sin);
+}
+
+void check_rope_tables(const char* op, int64_t b, int64_t t, int64_t d, const Tensor& positions,
+                       const Tensor& cos_sin) {
+  KILN_CHECK(positions.dtype() == DType::i32 && positions.ndim() == 2 && positions.dim(0) == b &&
+                 positions.dim(1) == t,
              op, ": positions must be i32 [B, T], got ", shape_str(positions.shape()));
-  KILN_CHECK(cos_sin.dtype() == DType::f32 && cos_sin.ndim() == 2 && cos_sin.dim(1) == x.dim(3) &&
-                 x.dim(3) % 2 == 0,
+  KILN_CHECK(cos_sin.dtype() == DType::f32 && cos_sin.ndim() == 2 && cos_sin.dim(1) == d &&
+                 d % 2 == 0,
              op, ": cos_sin must be f32 [P, D] with even D, got ", shape_str(cos_sin.shape()));
   const int32_t* p = positions.data<int32_t>();
   for (int64_t i = 0; i < positions.numel(); ++i)
@@ -122,16 +127,24 @@ QkvEpilogue QkvEpilogue::make(const char* op, int64_t rows, int64_t cols, const 
                               const Tensor& k_norm, float eps, const Tensor& positions,
                               const Tensor& cos_sin, int64_t slot_offset, Tensor& q_out,
                               Tensor& k_cache, Tensor& v_cache) {
-  KILN_CHECK(q_out.ndim() == 4 && q_out.dtype() == DType::f32, op,
-             ": q_out must be f32 [B, T, Hq, D]");
-  check_rope_args(op, q_out, positions, cos_sin);
-  const int64_t b = q_out.dim(0), t = q_out.dim(1), hq = q_out.dim(2), d = q_out.dim(3);
+  // q as attention() takes it: f32 [B, T, Hq, D], or grouped, bf16 [B, Hkv, T, G, D].
+  const bool grouped = q_out.ndim() == 5 && q_out.dtype() == DType::bf16;
+  KILN_CHECK(grouped || (q_out.ndim() == 4 && q_out.dtype() == DType::f32), op,
+             ": q_out must be f32 [B, T, Hq, D] or bf16 [B, Hkv, T, G, D], got ",
+             dtype_name(q_out.dtype()), " ", shape_str(q_out.shape()));
+  const int64_t b = q_out.dim(0), t = q_out.dim(grouped ? 2 : 1), d = q_out.dim(-1),
+                hq = grouped ? q_out.dim(1) * q_out.dim(3) : q_out.dim(2);
+  check_rope_tables(op, b, t, d, positions, cos_sin);
   KILN_CHECK(k_cache.ndim() == 4 && k_cache.shape() == v_cache.shape() && k_cache.dim(0) == b &&
                  k_cache.dim(3) == d && k_cache.dtype() == v_cache.dtype() &&
                  is_act(k_cache.dtype()),
              op, ": caches must be act [B, L, Hkv, D], got ", shape_str(k_cache.shape()), " and ",
              shape_str(v_cache.shape()));
   const int64_t l = k_cache.dim(1), hkv = k_cache.dim(2);
+  KILN_CHECK(!grouped || (q_out.dim(1) == hkv && attention_takes_grouped_q(t, hq, hkv, d,
+                                                                           k_cache.dtype())),
+             op, ": a grouped q_out ", shape_str(q_out.shape()), " is not what attention takes for ",
+             hkv, " kv heads in a ", dtype_name(k_cache.dtype()), " cache");
   KILN_CHECK(rows == b * t && cols == (hq + 2 * hkv) * d, op, ": the qkv projection must be [",
              b * t, ", ", (hq + 2 * hkv) * d, "], got [", rows, ", ", cols, "]");
   KILN_CHECK(q_norm.defined() == k_norm.defined(), op,
@@ -156,7 +169,9 @@ QkvEpilogue QkvEpilogue::make(const char* op, int64_t rows, int64_t cols, const 
   e.t = t;
   e.l = l;
   e.slot_offset = slot_offset;
-  e.q = q_out.data<float>();
+  e.q = q_out.raw();
+  e.q_grouped = grouped;
+  e.q_scale = attention_scale(d);
   e.k_cache = k_cache.raw();
   e.v_cache = v_cache.raw();
   e.cache_dtype = k_cache.dtype();
@@ -224,8 +239,12 @@ void apply_rows_in_registers(const QkvEpilogue& e, int64_t m0, int64_t rows, int
         v[i] = vsub(ac, bs);
         v[i + H] = vadd(bc, as);
       }
-      if (is_q)
-        store(v, e.q, DType::f32, (m * e.hq + head) * D);
+      if (is_q && e.q_grouped) {  // scaled and rounded as the attention kernel would
+        const VecF vs = vset1(e.q_scale);
+        for (int i = 0; i < V; ++i) v[i] = vmul(v[i], vs);
+        store(v, e.q, DType::bf16, e.q_offset(m, head));
+      } else if (is_q)
+        store(v, e.q, DType::f32, e.q_offset(m, head));
       else
         store(v, e.k_cache, e.cache_dtype, slot(m) + (head - e.hq) * D);
     }
@@ -250,8 +269,11 @@ void QkvEpilogue::apply_rows(int64_t m0, int64_t rows, int64_t head, float* x) c
     const bool is_q = head < hq;
     if (norm) rms_norm_row(x, norm_w.data() + (is_q ? 0 : d), d, eps, false, x);
     rope_row(x, cos_sin + int64_t(positions[m]) * d, d, false);
-    if (is_q)
-      std::copy(x, x + d, q + (m * hq + head) * d);
+    if (is_q && q_grouped) {
+      for (int64_t i = 0; i < d; ++i) x[i] *= q_scale;
+      store_row(x, d, q, DType::bf16, q_offset(m, head));
+    } else if (is_q)
+      std::copy(x, x + d, static_cast<float*>(q) + q_offset(m, head));
     else
       store_row(x, d, k_cache, cache_dtype, slot + (head - hq) * d);
   }

@@ -23,7 +23,9 @@ struct QkvEpilogue {
   const int32_t* positions = nullptr;  // [M]: row m's rope position
   const float* cos_sin = nullptr;      // [P, d]
   int64_t t = 0, l = 0, slot_offset = 0;
-  float* q = nullptr;  // [M, hq, d]
+  void* q = nullptr;    // f32 [M, hq, d]; or, q_grouped, bf16 [B, hkv, t, hq / hkv, d] (kernels.h)
+  bool q_grouped = false;
+  float q_scale = 1;    // the grouped q's factor, attention_scale(d)
   void* k_cache = nullptr;
   void* v_cache = nullptr;  // [B, l, hkv, d] each
   DType cache_dtype = DType::f32;
@@ -38,6 +40,12 @@ struct QkvEpilogue {
   // x + r * d (may be overwritten): q and k normed and rotated, q stored to q, k and v to their
   // cache slots.
   void apply_rows(int64_t m0, int64_t rows, int64_t head, float* x) const;
+  // Where q head `head` of row m goes: an element offset into q.
+  int64_t q_offset(int64_t m, int64_t head) const {
+    if (!q_grouped) return (m * hq + head) * d;
+    const int64_t g = hq / hkv, b = m / t;
+    return (((b * hkv + head / g) * t + m % t) * g + head % g) * d;
+  }
 };
 
 // Rotates one head of d values in place: pairs (i, i + d/2) by the angle whose cos/sin are
@@ -45,6 +53,9 @@ struct QkvEpilogue {
 void rope_row(float* x, const float* cs, int64_t d, bool inverse);
 void check_rope_args(const char* op, const Tensor& x, const Tensor& positions,
                      const Tensor& cos_sin);
+// positions i32 [b, t] within cos_sin f32 [P, d] (what check_rope_args checks of x's dims).
+void check_rope_tables(const char* op, int64_t b, int64_t t, int64_t d, const Tensor& positions,
+                       const Tensor& cos_sin);
 void rope_apply(Tensor& x, const Tensor& positions, const Tensor& cos_sin, bool inverse);
 
 }  // namespace kiln::cpu::detail

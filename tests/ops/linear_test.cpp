@@ -355,13 +355,14 @@ TEST(Linear, QkNormRopeEpilogueEqualsLinearThenQkNormRopeCache) {
     // linear_qk_norm_rope_cache is linear into an f32 qkv projection, then qk_norm_rope_cache, bit
     // for bit: in the bf16 GEMM's tiles (head_dim 128 or 64, more than 4 rows; rows of two batch
     // entries, a slot offset, caches longer than the prompt) and in the fallbacks (4 rows: the GEMV;
-    // head_dim 32), with and without q/k-norm, into bf16 and f32 caches.
+    // head_dim 32), with and without q/k-norm, into bf16 and f32 caches; with q f32, or grouped
+    // for the attention where it takes that (T >= 32 over a bf16 cache).
     struct Shape5 {
       int64_t b, t, hq, hkv, d;
     };
     const int64_t K = 192, off = 3;
     for (const Shape5 c : {Shape5{2, 37, 4, 2, 128}, Shape5{1, 130, 2, 1, 128},
-                           Shape5{1, 4, 2, 1, 128}, Shape5{1, 20, 3, 1, 64},
+                           Shape5{1, 4, 2, 1, 128}, Shape5{1, 40, 3, 1, 64},
                            Shape5{1, 20, 2, 1, 32}}) {
       const int64_t M = c.b * c.t, N = (c.hq + 2 * c.hkv) * c.d, L = c.t + off + 2;
       auto w = PackedLinear::pack(
@@ -387,8 +388,9 @@ TEST(Linear, QkNormRopeEpilogueEqualsLinearThenQkNormRopeCache) {
             qn = Tensor::from_vector(random_values(c.d, 72), {c.d}).to(DType::bf16);
             kn = Tensor::from_vector(random_values(c.d, 73), {c.d}).to(DType::bf16);
           }
-          auto outputs = [&](bool fused) {
-            Tensor q = Tensor::empty({c.b, c.t, c.hq, c.d}, DType::f32);
+          auto outputs = [&](bool fused, bool grouped) {
+            Tensor q = grouped ? Tensor::empty({c.b, c.hkv, c.t, c.hq / c.hkv, c.d}, DType::bf16)
+                               : Tensor::empty({c.b, c.t, c.hq, c.d}, DType::f32);
             Tensor kc = Tensor::zeros({c.b, L, c.hkv, c.d}, cache);
             Tensor vc = Tensor::zeros({c.b, L, c.hkv, c.d}, cache);
             if (fused)
@@ -398,69 +400,39 @@ TEST(Linear, QkNormRopeEpilogueEqualsLinearThenQkNormRopeCache) {
             return std::vector<std::vector<float>>{q.to_f32_vector(), kc.to_f32_vector(),
                                                    vc.to_f32_vector()};
           };
-          EXPECT_EQ(outputs(true), outputs(false))
-              << "B " << c.b << ", T " << c.t << ", heads " << c.hq << "/" << c.hkv << ", D " << c.d
-              << (norm ? ", q/k-norm, " : ", no norm, ") << dtype_name(cache) << " cache";
+          const std::string what = "B " + std::to_string(c.b) + ", T " + std::to_string(c.t) +
+                                   ", heads " + std::to_string(c.hq) + "/" +
+                                   std::to_string(c.hkv) + ", D " + std::to_string(c.d) +
+                                   (norm ? ", q/k-norm, " : ", no norm, ") + std::string(dtype_name(cache)) +
+                                   " cache";
+          const auto plain = outputs(false, false);
+          EXPECT_EQ(outputs(true, false), plain) << what;
+          // Where attention takes q grouped (bf16 [B, Hkv, T, G, D]), both write exactly what
+          // the attention kernel makes of the f32 q: times attention_scale(D), rounded once to
+          // bf16, a kv head's rows (t, g) side by side; and the caches as before.
+          if (!attention_takes_grouped_q(c.t, c.hq, c.hkv, c.d, cache)) continue;
+          const int64_t G = c.hq / c.hkv;
+          std::vector<float> want(plain[0].size());
+          for (int64_t b = 0; b < c.b; ++b)
+            for (int64_t t = 0; t < c.t; ++t)
+              for (int64_t h = 0; h < c.hq; ++h)
+                for (int64_t i = 0; i < c.d; ++i)
+                  want[size_t((((b * c.hkv + h / G) * c.t + t) * G + h % G) * c.d + i)] =
+                      bf16_to_f32(f32_to_bf16(plain[0][size_t(((b * c.t + t) * c.hq + h) * c.d + i)] *
+                                              attention_scale(c.d)));
+          for (bool fused : {true, false}) {
+            const auto grouped = outputs(fused, true);
+            EXPECT_EQ(grouped[0], want) << what << (fused ? ", fused" : "") << ", grouped q";
+            EXPECT_EQ(grouped[1], plain[1]) << what << ", grouped q: k cache";
+            EXPECT_EQ(grouped[2], plain[2]) << what << ", grouped q: v cache";
+          }
         }
     }
   });
 }
 
-TEST(Linear, GroupedQIsTheScaledRoundedQ) {
-  // Where attention takes its q grouped (bf16 [B, Hkv, T, G, D], scaled), the qkv epilogue writes
-  // exactly what the attention kernel would make of the f32 q: each value times
-  // attention_scale(D), rounded once to bf16, a kv head's rows (t, g) side by side. Fused and
-  // unfused alike; the caches are written as with an f32 q.
-  struct Shape5 {
-    int64_t b, t, hq, hkv, d;
-  };
-  const int64_t K = 192, off = 3;
-  int ran = 0;
-  for (const Shape5 c : {Shape5{2, 37, 4, 2, 128}, Shape5{1, 40, 6, 2, 64}}) {
-    if (!attention_takes_grouped_q(c.t, c.hq, c.hkv, c.d, DType::bf16)) continue;
-    ++ran;
-    const int64_t M = c.b * c.t, N = (c.hq + 2 * c.hkv) * c.d, L = c.t + off, G = c.hq / c.hkv;
-    auto w = PackedLinear::pack(
-        Tensor::from_vector(random_values(N * K, 80), {N, K}).to(DType::bf16), DType::bf16);
-    Tensor x = Tensor::from_vector(random_values(M * K, 81), {M, K}).to(DType::bf16);
-    std::vector<int32_t> pos(static_cast<size_t>(M));
-    for (int64_t m = 0; m < M; ++m) pos[size_t(m)] = int32_t(off + m % c.t);
-    Tensor positions = Tensor::from_vector(pos, {c.b, c.t});
-    std::vector<float> table(static_cast<size_t>(64 * c.d));
-    for (size_t i = 0; i < table.size(); ++i) table[i] = std::cos(0.37f * float(i));
-    Tensor cos_sin = Tensor::from_vector(table, {64, c.d});
-    Tensor qn = Tensor::from_vector(random_values(c.d, 82), {c.d}).to(DType::bf16);
-    Tensor kn = Tensor::from_vector(random_values(c.d, 83), {c.d}).to(DType::bf16);
-    Tensor proj = Tensor::empty({M, N}, DType::f32);
-    linear(x, *w, proj);
-    auto run = [&](bool fused, Tensor q) {
-      Tensor kc = Tensor::zeros({c.b, L, c.hkv, c.d}, DType::bf16);
-      Tensor vc = Tensor::zeros({c.b, L, c.hkv, c.d}, DType::bf16);
-      if (fused)
-        linear_qk_norm_rope_cache(x, *w, qn, kn, 1e-6f, positions, cos_sin, off, q, kc, vc);
-      else
-        qk_norm_rope_cache(proj, qn, kn, 1e-6f, positions, cos_sin, off, q, kc, vc);
-      return std::vector<std::vector<float>>{q.to_f32_vector(), kc.to_f32_vector(),
-                                             vc.to_f32_vector()};
-    };
-    for (bool fused : {true, false}) {
-      const auto plain = run(fused, Tensor::empty({c.b, c.t, c.hq, c.d}, DType::f32));
-      const auto grouped = run(fused, Tensor::empty({c.b, c.hkv, c.t, G, c.d}, DType::bf16));
-      std::vector<float> want(plain[0].size());
-      const float scale = attention_scale(c.d);
-      for (int64_t b = 0; b < c.b; ++b)
-        for (int64_t t = 0; t < c.t; ++t)
-          for (int64_t h = 0; h < c.hq; ++h)
-            for (int64_t i = 0; i < c.d; ++i)
-              want[size_t((((b * c.hkv + h / G) * c.t + t) * G + h % G) * c.d + i)] = bf16_to_f32(
-                  f32_to_bf16(plain[0][size_t(((b * c.t + t) * c.hq + h) * c.d + i)] * scale));
-      EXPECT_EQ(grouped[0], want) << (fused ? "fused" : "unfused") << ", D " << c.d;
-      EXPECT_EQ(grouped[1], plain[1]) << "k cache";
-      EXPECT_EQ(grouped[2], plain[2]) << "v cache";
-    }
-  }
-  if (ran == 0) GTEST_SKIP() << "attention takes no grouped q in this build";
-  // A grouped q that attention would not take is refused (an f32 cache; too few queries).
+TEST(Linear, GroupedQOnlyWhereTheAttentionTakesIt) {
+  // A grouped q_out that attention would not take (here an f32 cache) is refused.
   Tensor proj = Tensor::zeros({40, 4 * 64}, DType::f32);
   Tensor positions = Tensor::from_vector(std::vector<int32_t>(40, 0), {1, 40});
   Tensor cos_sin = Tensor::zeros({1, 64}, DType::f32);

@@ -300,6 +300,25 @@ inline __m512 load16(const float* p, bool whole, __mmask16 mask) {
 
 template <int R, int J = 4>
 inline void store_tile(const __m512 (&acc)[R][J], const TileOut& o) {
+  // An f32 C set or added to in whole 16-column groups, with no gate or separate residual (the
+  // attention's scores and p V, training's products): the loop below's per-group branches cost
+  // ~10 % of a tile over a 128-deep k (the attention's scores; single-thread GEMMs of M = 32,
+  // K = 128 ran at 318-321 GFLOP/s with them, 357-358 without), and ~0.7 % of 128- and 512-token
+  // prefills (docs/benchmarks.md, forty-first session). Same stores, same bits.
+  if (!o.gate && !o.res && o.cols >= 16 * J && (o.mode == Store::kSet || o.mode == Store::kAdd)) {
+    float* const c = static_cast<float*>(o.c);
+    if (o.mode == Store::kSet) {
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < J; ++j) _mm512_storeu_ps(c + r * o.ldc + 16 * j, acc[r][j]);
+    } else {
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < J; ++j) {
+          float* dst = c + r * o.ldc + 16 * j;
+          _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_loadu_ps(dst), acc[r][j]));
+        }
+    }
+    return;
+  }
   const __m512 vbeta = _mm512_set1_ps(o.beta);
   // Row by row, so that each row's line is whole before the next row's starts: non-temporal
   // stores gather in a few write-combining buffers, and with the column groups outermost 12 rows'

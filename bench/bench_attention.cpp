@@ -11,6 +11,7 @@
 
 #include "bench/bench_common.h"
 #include "kiln/backends/cpu/kernels.h"
+#include "kiln/backends/cpu/linear_dnnl.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/threads.h"
 
@@ -153,6 +154,39 @@ BENCHMARK(BM_AttentionPrefill)
     ->Args({1, 512, 1})
     ->Args({4, 512, 0})
     ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// One prefill attention item's two products on one thread, from cache, as the item runs them
+// (detail::gemm_bf16_packed on panels packed once): the scores S [M, keys] = Q [M, D] x K^T
+// ("scores": k = D = 128, short) and O [M, D] = P [M, keys] x V ("pv"). M = 32 rows is a block of
+// 16 queries x 2 q heads per kv head. Reported as GFLOP/s against one core's vdpbf16ps peak.
+void BM_AttentionItemProducts(benchmark::State& state) {
+  const bool scores = state.range(0) == 0;
+  const int64_t m = 32, keys = state.range(1);
+  const int64_t k = scores ? kD : keys, n = scores ? keys : kD;
+  if (!kiln::cpu::detail::avx512_bf16_kernels()) {
+    state.SkipWithError("this build has no AVX512_BF16 kernels");
+    return;
+  }
+  kiln::Tensor a = kiln::bench::random_bf16(m, k, 1), b = kiln::bench::random_bf16(k, n, 2);
+  kiln::Tensor panels = kiln::Tensor::empty({(n + 63) / 64 * ((k + 1) / 2) * 128}, kiln::DType::bf16);
+  auto* bp = panels.data<uint16_t>();
+  kiln::cpu::detail::pack_b_panels(b.data<uint16_t>(), n, false, k, n, bp);
+  std::vector<float> c(size_t(m * n));
+  for (auto _ : state) {
+    kiln::cpu::detail::gemm_bf16_packed(a.data<uint16_t>(), m, k, bp, n, c.data(), false, nullptr);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * double(m * n * k),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionItemProducts)
+    ->ArgNames({"pv", "keys"})
+    ->Args({0, 128})
+    ->Args({0, 512})
+    ->Args({1, 128})
+    ->Args({1, 512})
+    ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
 }  // namespace

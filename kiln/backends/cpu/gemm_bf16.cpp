@@ -302,9 +302,9 @@ template <int R, int J = 4>
 inline void store_tile(const __m512 (&acc)[R][J], const TileOut& o) {
   // An f32 C set or added to in whole 16-column groups, with no gate or separate residual (the
   // attention's scores and p V, training's products): the loop below's per-group branches cost
-  // ~10 % of a tile over a 128-deep k (the attention's scores; single-thread GEMMs of M = 32,
-  // K = 128 ran at 318-321 GFLOP/s with them, 357-358 without), and ~0.7 % of 128- and 512-token
-  // prefills (docs/benchmarks.md, forty-first session). Same stores, same bits.
+  // ~15 % of a tile over a 128-deep k (one attention item's scores, `bench_attention`'s
+  // BM_AttentionItemProducts on one thread: 302-312 GFLOP/s with them, 351-361 without), and
+  // ~0.7 % of 128- and 512-token prefills (docs/benchmarks.md, forty-first session). Same bits.
   if (!o.gate && !o.res && o.cols >= 16 * J && (o.mode == Store::kSet || o.mode == Store::kAdd)) {
     float* const c = static_cast<float*>(o.c);
     if (o.mode == Store::kSet) {

@@ -594,6 +594,19 @@ int64_t row_block(const Problem& P, int64_t rows) {
 // Untransposed A with even K: a row's k pairs are 32-bit words in place, no packing needed.
 bool reads_a_in_place(const Problem& P) { return !P.trans_a && P.K % 2 == 0; }
 
+// Rows of the register tile at row ir of a block of mc rows: P.mr, except that a block which would
+// end in a vdpbf16ps tile of one or two rows (8 accumulators or fewer, too few chains to cover the
+// instruction's latency) ends in two tiles of three or four: 128 rows as 20 x 6 + 4 + 4, not
+// 21 x 6 + 2; an attention item's 32 as 4 x 6 + 4 + 4. Same tile count, same bits (a row's sums
+// do not depend on its tile). Prefills alternated in one process, 300 pairs twice: median times
+// 0.993 and 0.995 of the other two variants' at P = 128, 0.997 at P = 512 (docs/benchmarks.md,
+// forty-second session).
+inline int64_t tile_rows(const Problem& P, int64_t ir, int64_t mc) {
+  const int64_t left = mc - ir;
+  if (P.mr == kMR && left > kMR && left < kMR + 3) return (left + 1) / 2;
+  return std::min<int64_t>(P.mr, left);
+}
+
 // The qkv epilogue's tiles for rows [ic, ic + mc) and the head whose first column is col: per row
 // tile, the head's panels into a [rows][d] f32 tile, then each row through qkv->apply.
 // Prefetching as gemm_part's tiles do (next_panel: the next head's first panel, or null).
@@ -603,14 +616,14 @@ void qkv_tiles(const Problem& P, int64_t ic, int64_t mc, int64_t col, TileA a_bl
                int64_t panel_lines, int64_t slice) {
   const int64_t d = P.qkv->d, head = col / d;
   alignas(64) float tile[kMaxMR * kMaxHeadPanels * kNR];
-  for (int64_t ir = 0; ir < mc; ir += P.mr) {
-    const int64_t rows = std::min<int64_t>(P.mr, mc - ir);
+  for (int64_t ir = 0, tile_index = 0, rows = 0; ir < mc; ir += rows, ++tile_index) {
+    rows = tile_rows(P, ir, mc);
     const TileA a_tile = a_block.rows_from(ir);
     for (int64_t part = 0; part < d / kNR; ++part) {
       TileOut out{tile + part * kNR, nullptr, d, kNR, Store::kSet, 0.f};
       out.first_on_panel = ir == 0;
       if (next_panel) {  // each panel fetches its share of the same panel of the next head
-        const int64_t first = (ir / P.mr) * slice;
+        const int64_t first = tile_index * slice;
         out.prefetch = next_panel + (part * P.b_panel_stride * 2) + first * 64;
         out.prefetch_lines = std::clamp<int64_t>(panel_lines - first, 0, slice);
       }
@@ -711,8 +724,8 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
             jr += step - kNR;  // the head's other panels are done too
             continue;
           }
-          for (int64_t ir = 0; ir < mc; ir += P.mr) {
-            const int64_t rows = std::min<int64_t>(P.mr, mc - ir);
+          for (int64_t ir = 0, tile_index = 0, rows = 0; ir < mc; ir += rows, ++tile_index) {
+            rows = tile_rows(P, ir, mc);
             const int64_t at = (ic + ir) * P.N + jc + jr;
             TileOut out{static_cast<char*>(P.c) + at * elt,
                         pc == 0 && P.res && !res_in_place ? P.res + at : nullptr,
@@ -722,7 +735,7 @@ void gemm_part(const Problem& P, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
                         P.beta};
             out.first_on_panel = P.b_packed && ir == 0;
             if (next_panel) {
-              const int64_t first = (ir / P.mr) * slice;
+              const int64_t first = tile_index * slice;
               out.prefetch = next_panel + first * 64;
               out.prefetch_lines = std::clamp<int64_t>(panel_lines - first, 0, slice);
             }

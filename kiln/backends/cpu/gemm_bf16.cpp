@@ -598,9 +598,9 @@ bool reads_a_in_place(const Problem& P) { return !P.trans_a && P.K % 2 == 0; }
 // end in a vdpbf16ps tile of one or two rows (8 accumulators or fewer, too few chains to cover the
 // instruction's latency) ends in two tiles of three or four: 128 rows as 20 x 6 + 4 + 4, not
 // 21 x 6 + 2; an attention item's 32 as 4 x 6 + 4 + 4. Same tile count, same bits (a row's sums
-// do not depend on its tile). Prefills alternated in one process, 300 pairs twice: median times
-// 0.993 and 0.995 of the other two variants' at P = 128, 0.997 at P = 512 (docs/benchmarks.md,
-// forty-second session).
+// do not depend on its tile). Prefills alternated in one process, five runs of 300-400: the old
+// split took 1.005-1.008 of the new one's median time at P = 128, 1.003 at P = 512
+// (docs/benchmarks.md, forty-second session).
 inline int64_t tile_rows(const Problem& P, int64_t ir, int64_t mc) {
   const int64_t left = mc - ir;
   if (P.mr == kMR && left > kMR && left < kMR + 3) return (left + 1) / 2;

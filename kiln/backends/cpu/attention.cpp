@@ -1184,9 +1184,16 @@ inline __mmask16 visible_keys(const int32_t* km, int64_t causal, int64_t j) {
                                        _mm512_setzero_si512());
 }
 
+// Where no slot is masked (km null) both passes take a row's whole vectors of visible keys
+// unmasked, and only its last part through visible_keys, whose scalar mask arithmetic and mask
+// moves every vector had paid: the attention took 0.975 of the time at T = 512 and 0.991 at
+// T = 128 (bench_attention_ab, 400 and 3000 rounds; same bits).
 __m512 softmax_max_lanes(const float* s, const int32_t* km, int64_t causal) {
   __m512 vmax = _mm512_set1_ps(kNegInf);
-  for (int64_t j = 0; j < causal; j += 16) {
+  int64_t j = 0;
+  if (!km)
+    for (; j + 16 <= causal; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + j));
+  for (; j < causal; j += 16) {
     const __mmask16 vis = visible_keys(km, causal, j);
     vmax = _mm512_mask_max_ps(vmax, vis, vmax, _mm512_maskz_loadu_ps(vis, s + j));
   }
@@ -1199,13 +1206,24 @@ __m512 softmax_exp_lanes(const float* s, const int32_t* km, int64_t causal, int6
   __m512 vsum = _mm512_setzero_ps();
   if (m != kNegInf) {
     const __m512 vm = _mm512_set1_ps(m);
+    auto add_rounded = [&vsum](__m256i h) {  // the sum of what is stored
+      const __m512i widened = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+      vsum = _mm512_add_ps(vsum, _mm512_castsi512_ps(widened));
+    };
+    if (!km)
+      for (; j + 16 <= causal; j += 16) {
+        const __m512 e = detail::exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+        const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), h);
+        add_rounded(h);
+      }
     for (; j < causal; j += 16) {
       const __mmask16 vis = visible_keys(km, causal, j);
       const __m512 e = _mm512_maskz_mov_ps(
           vis, detail::exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(vis, s + j), vm)));
       const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
       _mm256_mask_storeu_epi16(p + j, lanes_below(causal - j), h);
-      vsum = _mm512_add_ps(vsum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+      add_rounded(h);
     }
     j = causal;
   }

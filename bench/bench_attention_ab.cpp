@@ -15,14 +15,11 @@
 //
 // Run: OMP_NUM_THREADS=2 build/bench/bench_attention_ab [--tokens T] [--slots L] [--rounds R]
 //        [--variants V] [--cold]
-// --cold reads 64 MiB on every thread before each call, so K and V come from memory (in a model
-// they were written by the qkv projection just before: warm for a prefill, cold for a decode step).
-#include <algorithm>
-#include <chrono>
+// --cold reads 64 MiB (split over the threads) before each call, so K and V come from memory (in
+// a model they were written by the qkv projection just before: warm for a prefill, cold for a
+// decode step).
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -44,31 +41,6 @@ constexpr int64_t kHq = 16, kHkv = 8, kD = 128, kG = kHq / kHkv;
                why.c_str());
   std::exit(2);
 }
-
-kiln::Tensor random_bf16(const kiln::Shape& shape, uint32_t seed) {
-  kiln::Tensor t = kiln::Tensor::empty(shape, kiln::DType::bf16);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-2.f, 2.f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<kiln::bf16_t>()[i] = kiln::f32_to_bf16(u(rng));
-  return t;
-}
-
-// Reads `bytes` on every thread of the team (each its own buffer), evicting K and V.
-struct Evictor {
-  std::vector<std::vector<char>> buffers;
-  explicit Evictor(size_t bytes)
-      : buffers(size_t(kiln::num_threads()), std::vector<char>(bytes, 1)) {}
-  void operator()() {
-    kiln::parallel_for(int64_t(buffers.size()), [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        const std::vector<char>& b = buffers[size_t(t)];
-        uint64_t sink = 0;
-        for (size_t o = 0; o < b.size(); o += 64) sink += uint64_t(b[o]);
-        asm volatile("" : : "r"(sink));
-      }
-    });
-  }
-};
 
 }  // namespace
 
@@ -98,56 +70,35 @@ int main(int argc, char** argv) {
 
   using kiln::DType;
   using kiln::Tensor;
-  const Tensor k = random_bf16({1, L, kHkv, kD}, 2), v = random_bf16({1, L, kHkv, kD}, 3);
+  using kiln::bench::filled;
+  const Tensor k = filled({1, L, kHkv, kD}, DType::bf16, 4.f);
+  const Tensor v = filled({1, L, kHkv, kD}, DType::bf16, 2.f);
   const Tensor mask = Tensor::from_vector(std::vector<int32_t>(size_t(L), 1), {1, L});
   const bool grouped = kiln::cpu::attention_takes_grouped_q(T, kHq, kHkv, kD, DType::bf16);
-  const Tensor q = grouped ? random_bf16({1, kHkv, T, kG, kD}, 1) : [&] {
-    Tensor f = Tensor::empty({1, T, kHq, kD}, DType::f32);
-    std::mt19937 rng(1);
-    std::uniform_real_distribution<float> u(-2.f, 2.f);
-    for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] = u(rng);
-    return f;
-  }();
+  const Tensor q = grouped ? filled({1, kHkv, T, kG, kD}, DType::bf16, 0.5f)
+                           : filled({1, T, kHq, kD}, DType::f32, 4.f);
   Tensor out = Tensor::empty({1, T, kHq, kD}, DType::bf16);
-  Evictor evict(cold ? size_t(64) << 20 : 0);
+  kiln::bench::CacheFlush flush(cold);
   std::printf("attention: T = %lld queries over L = %lld slots, q %s, %s\n", (long long)T,
               (long long)L, grouped ? "grouped bf16" : "f32", cold ? "cold" : "warm");
 
-  const size_t V = size_t(variants);
-  std::vector<std::vector<double>> times(V), ratios(V);
-  std::vector<std::vector<uint16_t>> first_out(V);
-  std::mt19937 rng(1);
-  std::vector<size_t> order(V);
+  std::vector<std::vector<uint16_t>> first_out(static_cast<size_t>(variants));
+  kiln::bench::AbTimes r;
   kiln::run_with_spinning_team([&] {
-    for (int round = 0; round <= rounds; ++round) {  // round 0 warms up and keeps the outputs
-      std::vector<double> t(V);
-      for (size_t j = 0; j < V; ++j) order[j] = j;
-      std::shuffle(order.begin(), order.end(), rng);
-      for (const size_t var : order) {
-        if (variant) *variant = int(var);
-        if (cold) evict();
-        const auto t0 = std::chrono::steady_clock::now();
-        kiln::cpu::attention(q, k, v, mask, L - T, out);
-        t[var] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (round == 0) {
-          const auto* o = static_cast<const uint16_t*>(out.raw());
-          first_out[var].assign(o, o + out.numel());
-        }
+    r = kiln::bench::ab_rounds(variants, rounds, variant, [&](int var, bool first) {
+      flush.read();
+      const double t0 = kiln::bench::now_s();
+      kiln::cpu::attention(q, k, v, mask, L - T, out);
+      const double t = kiln::bench::now_s() - t0;
+      if (first) {
+        const auto* o = static_cast<const uint16_t*>(out.raw());
+        first_out[size_t(var)].assign(o, o + out.numel());
       }
-      if (round == 0) continue;
-      for (size_t var = 0; var < V; ++var) {
-        times[var].push_back(t[var]);
-        ratios[var].push_back(t[var] / t[0]);
-      }
-    }
+      return t;
+    });
   });
-  if (variant) *variant = 0;
-  using kiln::bench::quantile;
-  for (size_t var = 0; var < V; ++var)
-    std::printf("variant %zu: median %.1f us; / variant 0: median %.4f (quartiles %.4f, %.4f); "
-                "output %s\n",
-                var, 1e6 * quantile(times[var], 0.5), quantile(ratios[var], 0.5),
-                quantile(ratios[var], 0.25), quantile(ratios[var], 0.75),
-                first_out[var] == first_out[0] ? "the same" : "DIFFERS");
+  std::vector<bool> same;
+  for (const auto& o : first_out) same.push_back(o == first_out[0]);
+  kiln::bench::print_ab(r, 1e6, "us", "outputs", same);
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -56,12 +57,16 @@ class CacheFlush {
   void operator()(benchmark::State& state) {
     if (data_.empty()) return;
     state.PauseTiming();
+    read();
+    state.ResumeTiming();
+  }
+  // The read alone, for tools that time by hand (nothing when not cold).
+  void read() {
     parallel_for(int64_t(data_.size() / 16), [&](int64_t i0, int64_t i1) {
       float sum = 0;
       for (int64_t i = i0; i < i1; ++i) sum += data_[size_t(i) * 16];
       benchmark::DoNotOptimize(sum);
     });
-    state.ResumeTiming();
   }
 
  private:
@@ -93,6 +98,51 @@ inline FixedPrompt fixed_prompt(int64_t P) {
 inline double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[size_t(q * double(v.size() - 1) + 0.5)];
+}
+
+// The in-process A/B tools' rounds (bench_prefill_ab, bench_attention_ab). The library file under
+// test defines `extern "C" int kiln_ab_variant` and branches on it; `variant_switch` is its
+// address, or null where the library has none (every variant then runs the same code: the noise
+// floor). Round 0 is untimed (compiles, packs, faults in); then each of `rounds` rounds runs every
+// variant once, in an order shuffled per round: a rotation had biased three-variant ratios by up
+// to ~1 % (docs/benchmarks.md, forty-second session). run(v, first) runs variant v once, first
+// in round 0, and returns its seconds.
+struct AbTimes {
+  std::vector<std::vector<double>> times, ratios;  // [variant][round]; ratio: over variant 0's
+};
+template <typename Run>
+AbTimes ab_rounds(int variants, int rounds, int* variant_switch, Run&& run) {
+  const size_t V = size_t(variants);
+  AbTimes r{std::vector<std::vector<double>>(V), std::vector<std::vector<double>>(V)};
+  std::mt19937 rng(1);
+  std::vector<size_t> order(V);
+  for (int round = 0; round <= rounds; ++round) {
+    std::vector<double> t(V);
+    for (size_t j = 0; j < V; ++j) order[j] = j;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const size_t v : order) {
+      if (variant_switch) *variant_switch = int(v);
+      t[v] = run(int(v), round == 0);
+    }
+    if (round == 0) continue;
+    for (size_t v = 0; v < V; ++v) {
+      r.times[v].push_back(t[v]);
+      r.ratios[v].push_back(t[v] / t[0]);
+    }
+  }
+  if (variant_switch) *variant_switch = 0;
+  return r;
+}
+// One line per variant: its median time (seconds x `scale`, in `unit`), the median and quartiles
+// of its time over variant 0's in the same round, and whether its `output` equals variant 0's.
+inline void print_ab(const AbTimes& r, double scale, const char* unit, const char* output,
+                     const std::vector<bool>& same_output) {
+  for (size_t v = 0; v < r.times.size(); ++v)
+    std::printf("variant %zu: median %.2f %s; / variant 0: median %.4f (quartiles %.4f, %.4f); "
+                "%s %s\n",
+                v, scale * quantile(r.times[v], 0.5), unit, quantile(r.ratios[v], 0.5),
+                quantile(r.ratios[v], 0.25), quantile(r.ratios[v], 0.75), output,
+                same_output[v] ? "the same" : "DIFFER");
 }
 
 // The arguments of the streaming-read benchmarks (bench_read_split, bench_read_loops).

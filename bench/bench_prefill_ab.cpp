@@ -16,11 +16,8 @@
 //
 // Run: OMP_NUM_THREADS=2 build/bench/bench_prefill_ab MODEL_DIR [--prompt-tokens P] [--rounds R]
 //        [--variants V]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -38,8 +35,6 @@ namespace {
                why.c_str());
   std::exit(2);
 }
-
-using kiln::bench::quantile;
 
 }  // namespace
 
@@ -69,33 +64,17 @@ int main(int argc, char** argv) {
   for (int64_t s = 0; s < P; ++s) mask.data<int32_t>()[s] = 1;
   auto cache = model->make_cache(1, L);
 
-  const size_t V = size_t(variants);
-  std::vector<std::vector<double>> times(V), ratios(V);
-  std::vector<std::vector<float>> first_logits(V);
-  std::mt19937 rng(1);
-  std::vector<size_t> order(V);
-  for (int round = 0; round <= rounds; ++round) {  // round 0 compiles, packs and faults in
-    std::vector<double> t(V);
-    for (size_t j = 0; j < V; ++j) order[j] = j;
-    std::shuffle(order.begin(), order.end(), rng);
-    for (const size_t v : order) {
-      if (variant) *variant = int(v);
-      const auto t0 = std::chrono::steady_clock::now();
-      kiln::Tensor logits = model->forward("prefill", ids, pos, mask, cache, 0);
-      t[v] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (round == 0) first_logits[v].assign(logits.data<float>(), logits.data<float>() + 64);
-    }
-    if (round == 0) continue;
-    for (size_t v = 0; v < V; ++v) {
-      times[v].push_back(t[v]);
-      ratios[v].push_back(t[v] / t[0]);
-    }
-  }
-  for (size_t v = 0; v < V; ++v)
-    std::printf("variant %zu: median %.2f ms; / variant 0: median %.4f (quartiles %.4f, %.4f); "
-                "logits %s\n",
-                v, 1e3 * quantile(times[v], 0.5), quantile(ratios[v], 0.5),
-                quantile(ratios[v], 0.25), quantile(ratios[v], 0.75),
-                first_logits[v] == first_logits[0] ? "the same" : "DIFFER");
+  std::vector<std::vector<float>> first_logits(static_cast<size_t>(variants));
+  const kiln::bench::AbTimes r =
+      kiln::bench::ab_rounds(variants, rounds, variant, [&](int v, bool first) {
+        const double t0 = kiln::bench::now_s();
+        kiln::Tensor logits = model->forward("prefill", ids, pos, mask, cache, 0);
+        const double t = kiln::bench::now_s() - t0;
+        if (first) first_logits[size_t(v)].assign(logits.data<float>(), logits.data<float>() + 64);
+        return t;
+      });
+  std::vector<bool> same;
+  for (const auto& l : first_logits) same.push_back(l == first_logits[0]);
+  kiln::bench::print_ab(r, 1e3, "ms", "logits", same);
   return 0;
 }

@@ -368,6 +368,14 @@ TEST(CliBench, TinyRunPrintsEveryField) {
               1e-9);
   EXPECT_GT(j["gemm_peak_gflops_before"].get<double>(), 0);
   EXPECT_GT(j["gemm_peak_gflops"].get<double>(), 0);
+  // The latency probes, also taken before each repeat (measure_load_latency's own test compares
+  // them).
+  ASSERT_EQ(j["cache_latency_ns_per_repeat"].size(), 1u);
+  ASSERT_EQ(j["memory_latency_ns_per_repeat"].size(), 1u);
+  EXPECT_EQ(j["cache_latency_ns"], j["cache_latency_ns_per_repeat"][0]);
+  EXPECT_EQ(j["cache_latency_probe_bytes"], 8 << 20);
+  EXPECT_GT(j["cache_latency_ns"].get<double>(), 0);
+  EXPECT_GT(j["memory_latency_ns"].get<double>(), 0);
 #if defined(__x86_64__)
   // Measured wherever the CPU has AVX2 + FMA (0 where it has neither that nor AVX-512).
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {

@@ -456,24 +456,5 @@ TEST(Linear, PrimitivesAreReusedAcrossCalls) {
   EXPECT_EQ(a.to_f32_vector(), b.to_f32_vector());
 }
 
-TEST(Roofline, SumLinesReadsEveryLineOnceInEitherOrder) {
-  // The bandwidth probe's read loop: one stream or two halves side by side, with each kind of
-  // prefetch, must sum every line of the range exactly once, whatever its length (odd counts and
-  // halves that are not a multiple of its 4-line step included).
-  std::vector<uint64_t> storage(8 * 200 + 8);
-  uint64_t* words = storage.data() + (8 - reinterpret_cast<uintptr_t>(storage.data()) / 8 % 8) % 8;
-  for (size_t i = 0; i < 8 * 200; ++i) words[i] = i * 0x9E3779B97F4A7C15ull;
-  for (int64_t lines : {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 17, 64, 129, 199}) {
-    uint64_t expected = 0;
-    for (int64_t i = 0; i < 8 * lines; ++i) expected += words[i];
-    for (int streams : {1, 2})
-      for (ReadPrefetch prefetch :
-           {ReadPrefetch::kNone, ReadPrefetch::kEveryLine, ReadPrefetch::kPageKick})
-        EXPECT_EQ(sum_lines(words, lines, prefetch, streams), expected)
-            << lines << " lines, " << streams << " streams, prefetch " << int(prefetch);
-  }
-  EXPECT_THROW(sum_lines(words, 8, ReadPrefetch::kNone, 3), InternalError);  // a caller's bug
-}
-
 }  // namespace
 }  // namespace kiln::cpu

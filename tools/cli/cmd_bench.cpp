@@ -29,6 +29,10 @@
 // before the model loads and after the timed runs (memory_bandwidth_gbs_before_after), and both
 // peaks before the model loads (*_peak_gflops_before), for reference. Peak RSS is read after the
 // warm-up run, before any of those measurements, so their buffers are not added to the model's.
+// Before each repeat the latency of dependent loads is measured too, from an 8 MiB buffer (the
+// L3's on the Zen 5 VM) and from memory (measure_load_latency): not a roofline, but the sign of
+// the VM's slow phases, in which other tenants' traffic evicts the L3 (8 MiB read 110-175 ns
+// instead of 17-42) and the repeat's prefill runs 10-15 % slower against peaks that do not move.
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -53,6 +57,10 @@ struct BenchFlags {
   kiln::cli::ModelFlags model;
   bool json = false;
 };
+
+// The latency probes' buffers (measure_load_latency): one the size of a share of an L3, one far
+// beyond every cache.
+constexpr size_t kCacheProbeBytes = size_t(8) << 20, kMemoryProbeBytes = size_t(64) << 20;
 
 void require_positive(int64_t v, const char* name) {
   if (v <= 0) throw kiln::Error(name, "must be positive, got " + std::to_string(v));
@@ -137,7 +145,7 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
     std::vector<double> prefill_s, step_s;
     // Per timed repeat, the rooflines measured right before it (paired).
     std::vector<double> rep_bandwidth, rep_bandwidth_256mib, rep_step_s, rep_gemm_peak,
-        rep_machine_peak;
+        rep_machine_peak, rep_cache_latency, rep_memory_latency;
     size_t rss = 0;
     for (int64_t rep = 0; rep <= f->repeats; ++rep) {  // rep 0 is the warm-up
       if (rep == 1) rss = kiln::peak_rss_bytes();
@@ -146,6 +154,8 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
         rep_bandwidth_256mib.push_back(kiln::cpu::measure_memory_bandwidth());
         rep_gemm_peak.push_back(kiln::cpu::measure_gemm_peak(dtype));
         rep_machine_peak.push_back(kiln::cpu::measure_arithmetic_peak(dtype));
+        rep_cache_latency.push_back(kiln::cpu::measure_load_latency(kCacheProbeBytes, false));
+        rep_memory_latency.push_back(kiln::cpu::measure_load_latency(kMemoryProbeBytes, true));
       }
       const size_t first_step = step_s.size();
       for (int64_t b = 0; b < B; ++b)
@@ -243,6 +253,11 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
         {"machine_peak_gflops_before", machine_peak_before / 1e9},
         {"prefill_machine_peak_fraction", prefill_machine_fraction},
         {"prefill_machine_peak_fraction_per_repeat", rep_machine_fraction},
+        {"cache_latency_ns", median(rep_cache_latency)},
+        {"cache_latency_ns_per_repeat", rep_cache_latency},
+        {"cache_latency_probe_bytes", kCacheProbeBytes},
+        {"memory_latency_ns", median(rep_memory_latency)},
+        {"memory_latency_ns_per_repeat", rep_memory_latency},
         {"decode_bytes_per_token", decode_step_bytes / double(B)},
         {"prefill_flops_per_token", prefill_flops_per_token},
         {"compile_ms", {{"prefill", compile_ms("prefill")}, {"decode", compile_ms("decode")}}},
@@ -276,6 +291,10 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
               << "% of its roofline, paired per repeat; " << decode_roofline << " = "
               << bandwidth / 1e9 << " GB/s median / " << decode_step_bytes / 1e6
               << " MB per step)\n"
+              << "latency: " << median(rep_cache_latency) << " ns per dependent load from "
+              << (kCacheProbeBytes >> 20) << " MiB, " << median(rep_memory_latency)
+              << " ns from memory (medians over the repeats; 8 MiB reads 110-175 ns on the Zen 5 "
+                 "VM where other tenants evict its L3, and prefill runs 10-15 % slower)\n"
               << "compile: prefill " << compile_ms("prefill") << " ms, decode "
               << compile_ms("decode") << " ms (weight packing, once per model: "
               << stats["prefill"].pack_ms + stats["decode"].pack_ms << " ms)\n"

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <iterator>
+#include <utility>
 #include <vector>
 
 #include "kiln/backends/cpu/kernels.h"
@@ -264,6 +265,42 @@ double measure_memory_bandwidth(size_t bytes) {
     if (rep >= 2 * kKinds - 1 && now_s() - t_start > 0.5) break;  // two passes of each kind
   }
   return best;
+}
+
+double measure_load_latency(size_t bytes, bool from_memory) {
+  constexpr int64_t kMemoryNodes = int64_t(1) << 16;
+  const int64_t lines = int64_t(bytes / 64);
+  KILN_CHECK(lines >= 2 && (!from_memory || lines >= kMemoryNodes), "measure_load_latency: ",
+             bytes, " bytes");
+  detail::HugeBuffer buf(size_t(lines) * 64);
+  auto* words = static_cast<uint64_t*>(buf.ptr);
+  // The nodes: every line of a cached buffer; 64 Ki lines spread evenly over a memory one, which
+  // is then flushed. Sattolo's shuffle links them in one random cycle: each node's first word holds
+  // the next node's word index.
+  const int64_t nodes = from_memory ? kMemoryNodes : lines, stride = lines / nodes;
+  std::vector<uint32_t> order(static_cast<size_t>(nodes));
+  for (int64_t i = 0; i < nodes; ++i) order[size_t(i)] = uint32_t(i);
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (int64_t i = nodes - 1; i > 0; --i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    std::swap(order[size_t(i)], order[size_t((s >> 33) % uint64_t(i))]);
+  }
+  auto word_of = [&](int64_t node) { return uint64_t(order[size_t(node)]) * uint64_t(stride) * 8; };
+  for (int64_t i = 0; i < nodes; ++i) words[word_of(i)] = word_of((i + 1) % nodes);
+  uint64_t at = word_of(0);
+  if (from_memory) {
+#if defined(__x86_64__)
+    for (int64_t i = 0; i < nodes; ++i) _mm_clflush(words + word_of(i));
+    _mm_mfence();
+#endif
+  } else {
+    for (int64_t i = 0; i < nodes; ++i) at = words[at];  // a lap untimed: into the caches
+  }
+  const double t0 = now_s();
+  for (int64_t i = 0; i < nodes; ++i) at = words[at];
+  const double t = now_s() - t0;
+  asm volatile("" : : "r"(at));  // keeps the chase
+  return t / double(nodes) * 1e9;
 }
 
 double measure_gemm_peak(DType dtype) {

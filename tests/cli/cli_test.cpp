@@ -373,7 +373,7 @@ TEST(CliBench, TinyRunPrintsEveryField) {
   ASSERT_EQ(j["cache_latency_ns_per_repeat"].size(), 1u);
   ASSERT_EQ(j["memory_latency_ns_per_repeat"].size(), 1u);
   EXPECT_EQ(j["cache_latency_ns"], j["cache_latency_ns_per_repeat"][0]);
-  EXPECT_EQ(j["cache_latency_probe_bytes"], 8 << 20);
+  EXPECT_EQ(j["cache_latency_probe_bytes"], 4 << 20);
   EXPECT_GT(j["cache_latency_ns"].get<double>(), 0);
   EXPECT_GT(j["memory_latency_ns"].get<double>(), 0);
 #if defined(__x86_64__)

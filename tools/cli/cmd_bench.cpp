@@ -29,10 +29,10 @@
 // before the model loads and after the timed runs (memory_bandwidth_gbs_before_after), and both
 // peaks before the model loads (*_peak_gflops_before), for reference. Peak RSS is read after the
 // warm-up run, before any of those measurements, so their buffers are not added to the model's.
-// Before each repeat the latency of dependent loads is measured too, from an 8 MiB buffer (the
-// L3's on the Zen 5 VM) and from memory (measure_load_latency): not a roofline, but the sign of
-// the VM's slow phases, in which other tenants' traffic evicts the L3 (8 MiB read 110-175 ns
-// instead of 17-42) and the repeat's prefill runs 10-15 % slower against peaks that do not move.
+// Before each repeat the latency of dependent loads is measured too, from a 4 MiB buffer (in the
+// L3 on the Zen 5 VM) and from memory (measure_load_latency): not a roofline, but the sign of the
+// VM's slow phases, in which other tenants' traffic evicts the L3 (4 MiB read 110-175 ns instead
+// of 17-29) and the repeat's prefill runs 10-20 % slower against peaks that do not move.
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -58,9 +58,10 @@ struct BenchFlags {
   bool json = false;
 };
 
-// The latency probes' buffers (measure_load_latency): one the size of a share of an L3, one far
-// beyond every cache.
-constexpr size_t kCacheProbeBytes = size_t(8) << 20, kMemoryProbeBytes = size_t(64) << 20;
+// The latency probes' buffers (measure_load_latency): one that a share of an L3 holds, one far
+// beyond every cache. On the Zen 5 VM 4 MiB read 17-29 ns in the L3's good phases, 8 MiB often
+// 60-70 (other tenants hold much of the L3), and 16 MiB ~150, memory's latency.
+constexpr size_t kCacheProbeBytes = size_t(4) << 20, kMemoryProbeBytes = size_t(64) << 20;
 
 void require_positive(int64_t v, const char* name) {
   if (v <= 0) throw kiln::Error(name, "must be positive, got " + std::to_string(v));
@@ -293,8 +294,8 @@ KILN_COMMAND(bench, "Prefill and decode speed against measured rooflines") {
               << " MB per step)\n"
               << "latency: " << median(rep_cache_latency) << " ns per dependent load from "
               << (kCacheProbeBytes >> 20) << " MiB, " << median(rep_memory_latency)
-              << " ns from memory (medians over the repeats; 8 MiB reads 110-175 ns on the Zen 5 "
-                 "VM where other tenants evict its L3, and prefill runs 10-15 % slower)\n"
+              << " ns from memory (medians; where the first nears the second, other work is "
+                 "evicting the L3)\n"
               << "compile: prefill " << compile_ms("prefill") << " ms, decode "
               << compile_ms("decode") << " ms (weight packing, once per model: "
               << stats["prefill"].pack_ms + stats["decode"].pack_ms << " ms)\n"

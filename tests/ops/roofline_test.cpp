@@ -19,7 +19,7 @@ double best_latency(size_t bytes, bool from_memory) {
   return best;
 }
 
-TEST(Roofline, LoadLatencyOfAnL1BufferIsFarBelowMemorys) {
+TEST(Roofline, LoadLatencyOfAnL1BufferIsFarBelowMemory) {
   // 16 KiB fits every L1 data cache kiln runs on (a few cycles a load); memory takes tens of
   // nanoseconds or more anywhere.
   const double l1 = best_latency(size_t(16) << 10, false);
@@ -33,7 +33,6 @@ TEST(Roofline, LoadLatencyRejectsBuffersTooSmallToChase) {
   // From memory it spreads 64 Ki lines over the buffer: 4 MiB at least.
   EXPECT_THROW(measure_load_latency(size_t(1) << 20, true), InternalError);
 }
-
 
 TEST(Roofline, SumLinesReadsEveryLineOnceInEitherOrder) {
   // The bandwidth probe's read loop: one stream or two halves side by side, with each kind of

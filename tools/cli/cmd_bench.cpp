@@ -30,9 +30,12 @@
 // peaks before the model loads (*_peak_gflops_before), for reference. Peak RSS is read after the
 // warm-up run, before any of those measurements, so their buffers are not added to the model's.
 // Before each repeat the latency of dependent loads is measured too, from a 4 MiB buffer (in the
-// L3 on the Zen 5 VM) and from memory (measure_load_latency): not a roofline, but the sign of the
-// VM's slow phases, in which other tenants' traffic evicts the L3 (4 MiB read 110-175 ns instead
-// of 17-29) and the repeat's prefill runs 10-20 % slower against peaks that do not move.
+// L3 on the Zen 5 VM) and from memory (measure_load_latency): not a roofline, but a sign of one
+// kind of slow phase on that VM, in which other tenants' traffic evicts the L3 (4 MiB read 110-175
+// ns instead of 17-29). On one day those phases ran the prefill 10-20 % slower against peaks that
+// did not move; on another the chase did not track the prefill at all, whose slow phases were
+// ones where kernels with loads slowed more than the register-only peak (bench/bench_phases.cpp;
+// docs/benchmarks.md, forty-fourth and forty-fifth sessions).
 #include <algorithm>
 #include <chrono>
 #include <iostream>

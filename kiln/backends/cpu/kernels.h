@@ -206,8 +206,9 @@ double measure_gemm_peak(DType dtype);
 // no prefetcher can run ahead, so it reads the latency of wherever the lines live. The buffer is on
 // huge pages, so that few loads miss the TLB. from_memory = false: every line of the buffer in one
 // random cycle, a lap untimed, then a lap timed (a 4 MiB one sits in the Zen 5 VM's L3 and reads
-// 17-29 ns, except in phases where other tenants' traffic evicts it: 110-175 ns, with prefills
-// 10-20 % slower; docs/benchmarks.md, forty-fourth session). from_memory = true: 64 Ki lines
+// 17-29 ns, except in phases where other tenants' traffic evicts it: 110-175 ns; prefills ran
+// 10-20 % slower in them on one day and no slower on another: docs/benchmarks.md, forty-fourth
+// and forty-fifth sessions). from_memory = true: 64 Ki lines
 // spread over the buffer (at least 4 MiB), flushed from the caches, then timed (170-210 ns here).
 // `kiln bench` takes both before every repeat, so that each repeat's phase shows beside its result.
 double measure_load_latency(size_t bytes, bool from_memory);

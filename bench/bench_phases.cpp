@@ -1,6 +1,7 @@
 // The Zen 5 VM's phases, read beside a prefill: each round times the probes below, then the median
 // of three prefills, and prints one line; the end prints how each probe's readings correlate with
-// the prefill's rate over the rounds. `kiln bench` pairs each repeat with the register-only peak and
+// the prefill's rate over the rounds, and each probe's median over the thirds of the rounds with
+// the slowest, middle and fastest prefills (by fraction of the peak). `kiln bench` pairs each repeat with the register-only peak and
 // a 4 MiB chase; this tool adds kernels that load their operands, which on this VM slowed by up to
 // a fifth in phases where the register-only loop slowed by 1-2 % and the chase did not move
 // (docs/benchmarks.md, forty-fifth session).
@@ -17,6 +18,7 @@
 //        [--flops-per-token F]    (F: 0.875e9 for Qwen3-0.6B at P = 128, 0.917e9 at P = 512)
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -149,5 +151,23 @@ int main(int argc, char** argv) {
   std::printf("correlation with the prefill's GFLOP/s over %d rounds:\n", rounds);
   for (int c = 0; c < kColumns - 2; ++c)
     std::printf("  %-10s %+.2f\n", names[c], correlation(col[size_t(c)], col[kColumns - 1]));
+  // The rounds in thirds by the prefill's fraction of the peak: each column's median per third.
+  std::vector<int> order(static_cast<size_t>(rounds));
+  for (int r = 0; r < rounds; ++r) order[size_t(r)] = r;
+  auto fraction = [&](int r) { return col[kColumns - 1][size_t(r)] / col[6][size_t(r)]; };
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return fraction(a) < fraction(b); });
+  std::printf("medians by thirds of the rounds, slowest prefill (fraction of the peak) first:\n");
+  for (int third = 0; third < 3; ++third) {
+    const size_t begin = size_t(rounds) * size_t(third) / 3, end = size_t(rounds) * size_t(third + 1) / 3;
+    std::vector<double> f;
+    for (size_t i = begin; i < end; ++i) f.push_back(fraction(order[i]));
+    std::printf("  fraction %.3f:", kiln::bench::median(f));
+    for (int c = 0; c < kColumns; ++c) {
+      std::vector<double> v;
+      for (size_t i = begin; i < end; ++i) v.push_back(col[size_t(c)][size_t(order[i])]);
+      std::printf(" %s %.1f", names[c], kiln::bench::median(v));
+    }
+    std::printf("\n");
+  }
   return 0;
 }

@@ -79,16 +79,19 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// A batch-1 prompt of P fixed ids (spread over the vocabulary's first 30,000) and its positions
-// 0 .. P - 1: what the A/B tools (bench_decode_ab, bench_prefill_ab) prefill.
+// A batch-1 prompt of P fixed ids (spread over the vocabulary's first 30,000), its positions
+// 0 .. P - 1, and the kv mask of a cache of `slots` slots with the prompt's P visible: what the
+// A/B tools (bench_decode_ab, bench_prefill_ab) and bench_phases prefill.
 struct FixedPrompt {
-  Tensor ids, pos;
+  Tensor ids, pos, mask;
 };
-inline FixedPrompt fixed_prompt(int64_t P) {
-  FixedPrompt p{Tensor::empty({1, P}, DType::i32), Tensor::empty({1, P}, DType::i32)};
+inline FixedPrompt fixed_prompt(int64_t P, int64_t slots) {
+  FixedPrompt p{Tensor::empty({1, P}, DType::i32), Tensor::empty({1, P}, DType::i32),
+                Tensor::zeros({1, slots}, DType::i32)};
   for (int64_t i = 0; i < P; ++i) {
     p.ids.data<int32_t>()[i] = int32_t(1 + i * 7919 % 30000);
     p.pos.data<int32_t>()[i] = int32_t(i);
+    p.mask.data<int32_t>()[i] = 1;
   }
   return p;
 }

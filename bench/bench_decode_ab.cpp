@@ -78,10 +78,9 @@ int main(int argc, char** argv) {
   auto model = kiln::AutoModelForCausalLM::from_pretrained(dir, {.dtype = kiln::DType::bf16});
   const int64_t P = prompt_tokens, L = P + new_tokens;
   const int64_t V = model->config().vocab_size;
-  const auto [ids, pos] = kiln::bench::fixed_prompt(P);
+  auto [ids, pos, mask] = kiln::bench::fixed_prompt(P, L);
   kiln::Tensor step_ids = kiln::Tensor::empty({1, 1}, kiln::DType::i32);
   kiln::Tensor step_pos = kiln::Tensor::empty({1, 1}, kiln::DType::i32);
-  kiln::Tensor mask = kiln::Tensor::zeros({1, L}, kiln::DType::i32);
   auto cache = model->make_cache(1, L);
   std::vector<double> times[2], ratios;
   for (int round = 0; round <= rounds; ++round) {  // round 0 compiles, packs and faults in

@@ -110,9 +110,7 @@ int main(int argc, char** argv) {
 
   auto model = kiln::AutoModelForCausalLM::from_pretrained(dir, {.dtype = DType::bf16});
   const int64_t L = P + 8;
-  const auto [ids, pos] = kiln::bench::fixed_prompt(P);
-  Tensor mask = Tensor::zeros({1, L}, DType::i32);
-  for (int64_t s = 0; s < P; ++s) mask.data<int32_t>()[s] = 1;
+  const auto [ids, pos, mask] = kiln::bench::fixed_prompt(P, L);
   auto cache = model->make_cache(1, L);
   model->forward("prefill", ids, pos, mask, cache, 0);  // compiles
 

@@ -1,10 +1,10 @@
 // The Zen 5 VM's phases, read beside a prefill: each round times the probes below, then the median
 // of three prefills, and prints one line; the end prints how each probe's readings correlate with
 // the prefill's rate over the rounds, and each probe's median over the thirds of the rounds with
-// the slowest, middle and fastest prefills (by fraction of the peak). `kiln bench` pairs each repeat with the register-only peak and
-// a 4 MiB chase; this tool adds kernels that load their operands, which on this VM slowed by up to
-// a fifth in phases where the register-only loop slowed by 1-2 % and the chase did not move
-// (docs/benchmarks.md, forty-fifth session).
+// the slowest, middle and fastest prefills (by fraction of the peak). `kiln bench` pairs each
+// repeat with the register-only peak and a 4 MiB chase; this tool adds kernels that load their
+// operands, which on this VM slowed by up to a fifth in phases where the register-only loop slowed
+// by 1-2 % and the chase did not move (docs/benchmarks.md, forty-fifth session).
 //
 //   chase 4M, chase 256K  ns per dependent load through 4 MiB (the L3 here) and 256 KiB (L2)
 //   l1 / l2 gemm          linear() on operands that stay in L1 (48 x 64 x 128) and in L2
@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -119,9 +120,9 @@ int main(int argc, char** argv) {
     in_l1.emplace_back(48, 64, 128);
     in_l2.emplace_back(128, 128, 1024);
   }
-  const char* names[] = {"chase4M", "chase256K", "l1_slower", "l1_sum", "l2_slower",
+  constexpr const char* names[] = {"chase4M", "chase256K", "l1_slower", "l1_sum", "l2_slower",
                          "l2_sum",  "peak",      "prefill_ms", "prefill_gflops"};
-  constexpr int kColumns = 9;
+  constexpr int kColumns = int(std::size(names));
   std::vector<std::vector<double>> col(kColumns);
   for (const char* name : names) std::printf("%s ", name);
   std::printf("\n");
@@ -156,7 +157,8 @@ int main(int argc, char** argv) {
   std::sort(order.begin(), order.end(), [&](int a, int b) { return fraction(a) < fraction(b); });
   std::printf("medians by thirds of the rounds, slowest prefill (fraction of the peak) first:\n");
   for (int third = 0; third < 3; ++third) {
-    const size_t begin = size_t(rounds) * size_t(third) / 3, end = size_t(rounds) * size_t(third + 1) / 3;
+    const size_t begin = size_t(rounds) * size_t(third) / 3;
+    const size_t end = size_t(rounds) * size_t(third + 1) / 3;
     std::vector<double> f;
     for (size_t i = begin; i < end; ++i) f.push_back(fraction(order[i]));
     std::printf("  fraction %.3f:", kiln::bench::median(f));

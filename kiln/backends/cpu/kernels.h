@@ -208,8 +208,8 @@ double measure_gemm_peak(DType dtype);
 // random cycle, a lap untimed, then a lap timed (a 4 MiB one sits in the Zen 5 VM's L3 and reads
 // 17-29 ns, except in phases where other tenants' traffic evicts it: 110-175 ns; prefills ran
 // 10-20 % slower in them on one day and no slower on another: docs/benchmarks.md, forty-fourth
-// and forty-fifth sessions). from_memory = true: 64 Ki lines
-// spread over the buffer (at least 4 MiB), flushed from the caches, then timed (170-210 ns here).
+// and forty-fifth sessions). from_memory = true: 64 Ki lines spread over the buffer (at least
+// 4 MiB), flushed from the caches, then timed (170-210 ns here).
 // `kiln bench` takes both before every repeat, so that each repeat's phase shows beside its result.
 double measure_load_latency(size_t bytes, bool from_memory);
 // The machine's arithmetic peak in FLOP/s for `dtype` GEMMs on all threads: f32 FMAs at the widest

@@ -127,7 +127,8 @@ TEST_P(LinearTest, MatchesReference) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (DType c : {DType::bf16, DType::f32}) {
-    for (int64_t m : {1, 2, 3, 7, 8, 33, 128}) out.push_back({c, m, 1000, 200});
+    // The GEMV's rows in one walk of a block (up to 7) and in groups (8-16); the GEMM past 16.
+    for (int64_t m : {1, 2, 3, 7, 8, 14, 16, 17, 33, 128}) out.push_back({c, m, 1000, 200});
     // Prefill past one block of the bf16 GEMM kernel's rows (at most 128) and, on its FMA tiles,
     // of k (1024); the vdpbf16ps tiles take a packed weight's K in one block, past 1024 here.
     out.push_back({c, 200, 150, 1100});
@@ -137,8 +138,9 @@ std::vector<Case> cases() {
       out.push_back({c, m, 130, 70});
       out.push_back({c, m, 129, 1024});
     }
-    // Decode GEMVs at the down projection's width (K = 3072: 384 KiB blocks) for 1, 2 and 4 rows.
-    for (int64_t m : {1, 2, 4}) out.push_back({c, m, 200, 3072});
+    // Decode GEMVs at the down projection's width (K = 3072: 384 KiB blocks), one walk of each
+    // block and several.
+    for (int64_t m : {1, 2, 4, 7, 9, 16}) out.push_back({c, m, 200, 3072});
   }
   return out;
 }
@@ -306,10 +308,10 @@ TEST(Linear, DecodeAndPrefillPathsAgree) {
 
 TEST(Linear, SiluMulEpilogueEqualsLinearThenSiluMul) {
   test::for_each_bf16_gemm_arithmetic([&] {
-    // linear_silu_mul is linear into an f32 gate_up, then silu_mul, bit for bit: in the bf16 GEMM's
-    // store (intermediate a multiple of 64, more than 4 rows) and in its fallbacks (few rows: the
-    // GEMV; an intermediate of 80). Row counts cover whole and partial row tiles and blocks, both
-    // threads' column split and a split too narrow to make.
+    // linear_silu_mul is linear into an f32 gate_up, then silu_mul, bit for bit: in the bf16
+    // GEMM's store (intermediate a multiple of 64, more than kGemvMaxM rows) and in its fallbacks
+    // (few rows: the GEMV; an intermediate of 80). Row counts cover whole and partial row tiles
+    // and blocks, both threads' column split and a split too narrow to make.
     struct Shape3 {
       int64_t M, inter, K;
     };
@@ -353,10 +355,10 @@ TEST(Linear, SiluMulEpilogueEqualsLinearThenSiluMul) {
 TEST(Linear, QkNormRopeEpilogueEqualsLinearThenQkNormRopeCache) {
   test::for_each_bf16_gemm_arithmetic([&] {
     // linear_qk_norm_rope_cache is linear into an f32 qkv projection, then qk_norm_rope_cache, bit
-    // for bit: in the bf16 GEMM's tiles (head_dim 128 or 64, more than 4 rows; rows of two batch
-    // entries, a slot offset, caches longer than the prompt) and in the fallbacks (4 rows: the GEMV;
-    // head_dim 32), with and without q/k-norm, into bf16 and f32 caches; with q f32, or grouped
-    // for the attention where it takes that (T >= 32 over a bf16 cache).
+    // for bit: in the bf16 GEMM's tiles (head_dim 128 or 64, more than kGemvMaxM rows; rows of
+    // two batch entries, a slot offset, caches longer than the prompt) and in the fallbacks (4
+    // rows: the GEMV; head_dim 32), with and without q/k-norm, into bf16 and f32 caches; with q
+    // f32, or grouped for the attention where it takes that (T >= 32 over a bf16 cache).
     struct Shape5 {
       int64_t b, t, hq, hkv, d;
     };

@@ -1,13 +1,15 @@
-// bf16 GEMV / skinny GEMM (M <= 4) over oneDNN's BA16a64b2a weight layout, with AVX512_BF16
-// (vdpbf16ps). Decode is memory bound: the goal is to stream every weight byte exactly once at the
-// machine's read bandwidth, so each thread walks a contiguous range of 64-column blocks front to
-// back (one sequential stream per core), keeps all M rows' accumulators in registers, and takes
-// blocks from the other thread's range when its own is done (parallel_for_stealing).
+// bf16 GEMV / skinny GEMM (M <= kGemvMaxM) over oneDNN's BA16a64b2a weight layout, with
+// AVX512_BF16 (vdpbf16ps). Decode is memory bound: the goal is to stream every weight byte once
+// from memory at the machine's read bandwidth, so each thread walks a contiguous range of
+// 64-column blocks front to back (one sequential stream per core), keeps up to 7 rows'
+// accumulators in registers (more rows walk each block again, from L2), and takes blocks from
+// the other thread's range when its own is done (parallel_for_stealing).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "kiln/backends/cpu/linear_dnnl.h"
 #include "kiln/backends/cpu/simd.h"
@@ -52,6 +54,7 @@ namespace {
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
 constexpr int64_t kPrefetchAhead = 4096;  // bytes, for GemvPrefetch::kEveryLine
+constexpr int64_t kRowsMax = 7;  // rows one walk of a block takes (blocks_as)
 
 // Fetches the 4 lines of one k pair kPrefetchAhead bytes past w into L2.
 inline void prefetch_ahead(const uint16_t* w) {
@@ -59,7 +62,7 @@ inline void prefetch_ahead(const uint16_t* w) {
   for (int i = 0; i < 4; ++i) _mm_prefetch(q + 64 * i, _MM_HINT_T1);
 }
 
-// acc[m][j] = W[block columns 16j..16j+15, :] . x[m, :] over all k pairs (MR rows, MR <= 4).
+// acc[m][j] = W[block columns 16j..16j+15, :] . x[m, :] over all k pairs (MR <= kRowsMax rows).
 template <int MR, GemvPrefetch kPrefetch>
 inline void block_dot(const uint32_t* const* xp, int64_t pairs, const uint16_t* wblk,
                       __m512 (&acc)[MR][4]) {
@@ -108,7 +111,7 @@ inline void store_block(const __m512 (&acc)[MR][4], int64_t n0, int64_t N, void*
   }
 }
 
-// All MR rows against blocks [b0, b1).
+// Rows [0, MR) against blocks [b0, b1).
 template <int MR, GemvPrefetch kPrefetch>
 void rows_blocks_as(const uint16_t* xb, int64_t Kp, const uint16_t* w, int64_t b0, int64_t b1,
                     int64_t N, void* y, bool y_bf16, const float* residual) {
@@ -121,21 +124,45 @@ void rows_blocks_as(const uint16_t* xb, int64_t Kp, const uint16_t* w, int64_t b
   }
 }
 
-// rows_blocks_as for this process's prefetch: the choice is made outside the loops, which then
-// have nothing to test.
-template <int MR>
-void rows_blocks(const uint16_t* xb, int64_t Kp, const uint16_t* w, int64_t b0, int64_t b1,
-                 int64_t N, void* y, bool y_bf16, const float* residual) {
-  switch (gemv_prefetch()) {
-    case GemvPrefetch::kPageKick:
-      return rows_blocks_as<MR, GemvPrefetch::kPageKick>(xb, Kp, w, b0, b1, N, y, y_bf16,
-                                                         residual);
-    case GemvPrefetch::kEveryLine:
-      return rows_blocks_as<MR, GemvPrefetch::kEveryLine>(xb, Kp, w, b0, b1, N, y, y_bf16,
-                                                          residual);
-    default:
-      return rows_blocks_as<MR, GemvPrefetch::kNone>(xb, Kp, w, b0, b1, N, y, y_bf16, residual);
+// f(std::integral_constant<int, rows>) for rows in [1, kRowsMax].
+template <typename F>
+void with_rows(int64_t rows, F&& f) {
+  switch (rows) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    default: return f(std::integral_constant<int, 7>{});
   }
+}
+
+// All M rows against blocks [b0, b1). A row holds a block's 64 columns in 4 accumulators, so a
+// block is walked by groups of up to kRowsMax rows: the first group streams it from memory, any
+// others read it from L2 (a block is 128-384 KiB). Rows 5 to 16 went to the GEMM's register
+// tiles until the forty-sixth session; each tile reads its panel whole, the first from memory
+// with FMAs between its loads. The linears of a token step (`bench_linear`: 14 layers and the
+// lm_head) took 15.6 ms at M = 5 and 20.0 at M = 8 there, against 10.5 at M = 4; here 9.8-11.2
+// and 13.4-14.8 (docs/benchmarks.md). Seven rows leave one accumulator to the stack (28, W's 4
+// registers and x's broadcast), yet ran M = 7 at 0.89-0.90 of a paired plain read, against 0.76
+// as groups of 6 + 1. Chunks of a block that stay in L1, each run by every group, streamed worse
+// than whole blocks (17.6-20.0 ms at M = 8 for 4-64 KiB chunks).
+template <GemvPrefetch kPrefetch>
+void blocks_as(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t b0,
+               int64_t b1, int64_t N, void* y, bool y_bf16, const float* residual) {
+  if (M <= kRowsMax)
+    return with_rows(M, [&](auto mr) {
+      rows_blocks_as<decltype(mr)::value, kPrefetch>(xb, Kp, w, b0, b1, N, y, y_bf16, residual);
+    });
+  const size_t elt = y_bf16 ? 2 : 4;
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t g0 = 0; g0 < M; g0 += kRowsMax)
+      with_rows(std::min(kRowsMax, M - g0), [&](auto mr) {
+        rows_blocks_as<decltype(mr)::value, kPrefetch>(
+            xb + g0 * Kp, Kp, w, b, b + 1, N, static_cast<char*>(y) + size_t(g0 * N) * elt, y_bf16,
+            residual ? residual + g0 * N : nullptr);
+      });
 }
 
 }  // namespace
@@ -149,12 +176,15 @@ void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int
   const int64_t min_blocks = std::max<int64_t>(1, (int64_t(64) << 10) / (Kp * kBlockN * 2));
   // One block (64 columns, 128-384 KiB at these widths) per claim: a claim is one atomic, next to
   // microseconds of streaming.
+  // The kind of prefetch is chosen here, outside the loops, which then have nothing to test.
   auto body = [&](int64_t b0, int64_t b1) {
-    switch (M) {
-      case 1: rows_blocks<1>(xb, Kp, w, b0, b1, N, y, y_bf16, residual); break;
-      case 2: rows_blocks<2>(xb, Kp, w, b0, b1, N, y, y_bf16, residual); break;
-      case 3: rows_blocks<3>(xb, Kp, w, b0, b1, N, y, y_bf16, residual); break;
-      default: rows_blocks<4>(xb, Kp, w, b0, b1, N, y, y_bf16, residual); break;
+    switch (gemv_prefetch()) {
+      case GemvPrefetch::kPageKick:
+        return blocks_as<GemvPrefetch::kPageKick>(xb, M, Kp, w, b0, b1, N, y, y_bf16, residual);
+      case GemvPrefetch::kEveryLine:
+        return blocks_as<GemvPrefetch::kEveryLine>(xb, M, Kp, w, b0, b1, N, y, y_bf16, residual);
+      default:
+        return blocks_as<GemvPrefetch::kNone>(xb, M, Kp, w, b0, b1, N, y, y_bf16, residual);
     }
   };
   parallel_for_stealing(nblocks, 1, body, min_blocks);

@@ -85,10 +85,11 @@ constexpr int64_t kBlockN = 64;
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 constexpr int64_t kBlockK = 32;
 
-// Rows up to which the GEMV beats a GEMM on the shared layout. Measured (notes): the GEMV wins
-// clearly at M = 1..4; at M = 5 oneDNN's brgemm was ~15% faster and at M = 8 they tied (kiln's GEMM
-// kernel, which serves M > 4 now, measured level with oneDNN at M = 5 and 8).
-constexpr int64_t kGemvMaxM = 4;
+// Rows up to which the GEMV beats a GEMM on the shared layout (decode batches). Measured with
+// `bench_linear` (the linears of a token step, docs/notes/cpu-gemm.md): since the GEMV walks a
+// block for up to 7 rows at once (forty-sixth session) it is ahead of kiln's GEMM kernel up to
+// M = 16 (21.0 against 24.0 ms), level at 21, behind from 24 (30.5 against 28.3).
+constexpr int64_t kGemvMaxM = 16;
 
 // y[m, n] (m < M, n < N) = sum_k x[m, k] * W[n, k] (+ residual[m, n]) on the packed layout above.
 //   xb: bf16 [M, Kp] (zero-padded past K); w: packed, Np = round_up(N, 64) columns;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduces docs/benchmarks.md: `kiln bench` (inference) on a random Qwen3-0.6B-shaped checkpoint,
-# batch 1, bf16, prompts of 128 and 512 tokens, 64 new tokens; then `kiln bench-train` (training) on
+# batch 1, bf16, prompts of 128 and 512 tokens, 64 new tokens, and a decode batch of 8; then `kiln bench-train` (training) on
 # the `small` and Qwen3-0.6B shapes in bf16 autocast and f32.
 #
 # Usage: bench/run_benchmarks.sh [BUILD_DIR] [MODEL_DIR] [RUNS] [SMALL_DIR]
@@ -32,6 +32,14 @@ for P in 128 512; do
           --repeats 3 --json)
     echo "{\"run\": $run, \"load_before\": $load, \"result\": $out}"
   done
+done
+
+# A decode batch of 8 (prompts of 128 tokens): the GEMV's rows in two walks of each weight block.
+for run in $(seq 1 "$RUNS"); do
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  out=$("$KILN" bench "$MODEL_DIR" --batch 8 --dtype bf16 --prompt-tokens 128 --new-tokens 32 \
+        --repeats 3 --json)
+  echo "{\"run\": $run, \"load_before\": $load, \"result\": $out}"
 done
 
 if [ "${KILN_BENCH_SKIP_PEERS:-0}" != 1 ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then

@@ -127,7 +127,7 @@ TEST_P(LinearTest, MatchesReference) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (DType c : {DType::bf16, DType::f32}) {
-    // The GEMV's rows in one walk of a block (up to 7) and in groups (8-16); the GEMM past 16.
+    // The GEMV's rows in one walk of a block (up to 8) and in two (9-16); the GEMM past 16.
     for (int64_t m : {1, 2, 3, 7, 8, 14, 16, 17, 33, 128}) out.push_back({c, m, 1000, 200});
     // Prefill past one block of the bf16 GEMM kernel's rows (at most 128) and, on its FMA tiles,
     // of k (1024); the vdpbf16ps tiles take a packed weight's K in one block, past 1024 here.

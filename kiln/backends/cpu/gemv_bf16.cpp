@@ -1,9 +1,9 @@
 // bf16 GEMV / skinny GEMM (M <= kGemvMaxM) over oneDNN's BA16a64b2a weight layout, with
 // AVX512_BF16 (vdpbf16ps). Decode is memory bound: the goal is to stream every weight byte once
 // from memory at the machine's read bandwidth, so each thread walks a contiguous range of
-// 64-column blocks front to back (one sequential stream per core), keeps up to 7 rows'
-// accumulators in registers (more rows walk each block again, from L2), and takes blocks from
-// the other thread's range when its own is done (parallel_for_stealing).
+// 64-column blocks front to back (one sequential stream per core), computes up to 8 rows in one
+// walk of a block (more rows walk it again, from L2), and takes blocks from the other thread's
+// range when its own is done (parallel_for_stealing).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -54,7 +54,7 @@ namespace {
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
 constexpr int64_t kPrefetchAhead = 4096;  // bytes, for GemvPrefetch::kEveryLine
-constexpr int64_t kRowsMax = 7;  // rows one walk of a block takes (blocks_as)
+constexpr int64_t kRowsMax = 8;  // rows one walk of a block takes (blocks_as)
 
 // Fetches the 4 lines of one k pair kPrefetchAhead bytes past w into L2.
 inline void prefetch_ahead(const uint16_t* w) {
@@ -124,18 +124,15 @@ void rows_blocks_as(const uint16_t* xb, int64_t Kp, const uint16_t* w, int64_t b
   }
 }
 
-// f(std::integral_constant<int, rows>) for rows in [1, kRowsMax].
-template <typename F>
+// f(std::integral_constant<int, rows>) for rows in [R, kRowsMax].
+template <int R = 1, typename F>
 void with_rows(int64_t rows, F&& f) {
-  switch (rows) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 5: return f(std::integral_constant<int, 5>{});
-    case 6: return f(std::integral_constant<int, 6>{});
-    default: return f(std::integral_constant<int, 7>{});
-  }
+  if constexpr (R == kRowsMax)
+    f(std::integral_constant<int, R>{});
+  else if (rows == R)
+    f(std::integral_constant<int, R>{});
+  else
+    with_rows<R + 1>(rows, f);
 }
 
 // All M rows against blocks [b0, b1). A row holds a block's 64 columns in 4 accumulators, so a
@@ -144,10 +141,12 @@ void with_rows(int64_t rows, F&& f) {
 // tiles until the forty-sixth session; each tile reads its panel whole, the first from memory
 // with FMAs between its loads. The linears of a token step (`bench_linear`: 14 layers and the
 // lm_head) took 15.6 ms at M = 5 and 20.0 at M = 8 there, against 10.5 at M = 4; here 9.8-11.2
-// and 13.4-14.8 (docs/benchmarks.md). Seven rows leave one accumulator to the stack (28, W's 4
-// registers and x's broadcast), yet ran M = 7 at 0.89-0.90 of a paired plain read, against 0.76
-// as groups of 6 + 1. Chunks of a block that stay in L1, each run by every group, streamed worse
-// than whole blocks (17.6-20.0 ms at M = 8 for 4-64 KiB chunks).
+// and 11.9-13.2 (docs/benchmarks.md). Past 6 rows GCC keeps some accumulators on the stack (a
+// walk needs 4 per row, W's 4 registers and x's broadcast), which a walk bound by memory
+// absorbs: M = 8 read 0.83-0.92 of a paired plain read in one walk, 0.69-0.80 as 7 + 1, and M = 7
+// 0.89-0.90 against 0.76 as 6 + 1. Walks of 10-16 rows spill more than that (M = 12: 21.7-24.8
+// ms against 16.3 as 8 + 4). Chunks of a block that stay in L1, each run by every group,
+// streamed worse than whole blocks (17.6-20.0 ms at M = 8 for 4-64 KiB chunks).
 template <GemvPrefetch kPrefetch>
 void blocks_as(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t b0,
                int64_t b1, int64_t N, void* y, bool y_bf16, const float* residual) {

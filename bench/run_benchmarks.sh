@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces docs/benchmarks.md: `kiln bench` (inference) on a random Qwen3-0.6B-shaped checkpoint,
-# batch 1, bf16, prompts of 128 and 512 tokens, 64 new tokens, and a decode batch of 8; then `kiln bench-train` (training) on
-# the `small` and Qwen3-0.6B shapes in bf16 autocast and f32.
+# batch 1, bf16, prompts of 128 and 512 tokens, 64 new tokens, and a decode batch of 8; then
+# `kiln bench-train` (training) on the `small` and Qwen3-0.6B shapes in bf16 autocast and f32.
 #
 # Usage: bench/run_benchmarks.sh [BUILD_DIR] [MODEL_DIR] [RUNS] [SMALL_DIR]
 #   BUILD_DIR  a Release build holding tools/cli/kiln (default: build)
@@ -34,7 +34,7 @@ for P in 128 512; do
   done
 done
 
-# A decode batch of 8 (prompts of 128 tokens): the GEMV's rows in two walks of each weight block.
+# A decode batch of 8 (prompts of 128 tokens): the GEMV's 8 rows in one walk of each weight block.
 for run in $(seq 1 "$RUNS"); do
   load=$(cut -d' ' -f1 /proc/loadavg)
   out=$("$KILN" bench "$MODEL_DIR" --batch 8 --dtype bf16 --prompt-tokens 128 --new-tokens 32 \

@@ -137,16 +137,12 @@ void with_rows(int64_t rows, F&& f) {
 
 // All M rows against blocks [b0, b1). A row holds a block's 64 columns in 4 accumulators, so a
 // block is walked by groups of up to kRowsMax rows: the first group streams it from memory, any
-// others read it from L2 (a block is 128-384 KiB). Rows 5 to 16 went to the GEMM's register
-// tiles until the forty-sixth session; each tile reads its panel whole, the first from memory
-// with FMAs between its loads. The linears of a token step (`bench_linear`: 14 layers and the
-// lm_head) took 15.6 ms at M = 5 and 20.0 at M = 8 there, against 10.5 at M = 4; here 9.8-11.2
-// and 11.9-13.2 (docs/benchmarks.md). Past 6 rows GCC keeps some accumulators on the stack (a
-// walk needs 4 per row, W's 4 registers and x's broadcast), which a walk bound by memory
-// absorbs: M = 8 read 0.83-0.92 of a paired plain read in one walk, 0.69-0.80 as 7 + 1, and M = 7
-// 0.89-0.90 against 0.76 as 6 + 1. Walks of 10-16 rows spill more than that (M = 12: 21.7-24.8
-// ms against 16.3 as 8 + 4). Chunks of a block that stay in L1, each run by every group,
-// streamed worse than whole blocks (17.6-20.0 ms at M = 8 for 4-64 KiB chunks).
+// others read it from L2 (a block is 128-384 KiB). Past 6 rows GCC keeps some accumulators on
+// the stack (4 a row, W's 4 registers and x's broadcast), which a walk bound by memory absorbs:
+// at M = 8 one walk read 0.74-0.76 of a paired plain read, 7 + 1 0.66-0.69; walks of 10-16 rows
+// spill more than that. Rows 5 to 16 went to the GEMM's register tiles until the forty-sixth
+// session, where a step's linears took 15.6 ms at M = 5 and 20.0 at M = 8 against 10.5 at M = 4
+// (`bench_linear --layers 14`; here 9.8-11.2 and 11.9-13.2; docs/notes/cpu-gemm.md).
 template <GemvPrefetch kPrefetch>
 void blocks_as(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t b0,
                int64_t b1, int64_t N, void* y, bool y_bf16, const float* residual) {

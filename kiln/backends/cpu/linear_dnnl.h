@@ -87,8 +87,8 @@ constexpr int64_t kBlockK = 32;
 
 // Rows up to which the GEMV beats a GEMM on the shared layout (decode batches). Measured with
 // `bench_linear` (the linears of a token step, docs/notes/cpu-gemm.md): since the GEMV walks a
-// block for up to 7 rows at once (forty-sixth session) it is ahead of kiln's GEMM kernel up to
-// M = 16 (21.0 against 24.0 ms), level at 21, behind from 24 (30.5 against 28.3).
+// block for up to 8 rows at once (forty-sixth session) it is ahead of kiln's GEMM kernel up to
+// M = 16, level at 21 and behind from 24.
 constexpr int64_t kGemvMaxM = 16;
 
 // y[m, n] (m < M, n < N) = sum_k x[m, k] * W[n, k] (+ residual[m, n]) on the packed layout above.

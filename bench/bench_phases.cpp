@@ -120,8 +120,9 @@ int main(int argc, char** argv) {
     in_l1.emplace_back(48, 64, 128);
     in_l2.emplace_back(128, 128, 1024);
   }
-  constexpr const char* names[] = {"chase4M", "chase256K", "l1_slower", "l1_sum", "l2_slower",
-                         "l2_sum",  "peak",      "prefill_ms", "prefill_gflops"};
+  constexpr const char* names[] = {"chase4M",   "chase256K", "l1_slower",
+                                   "l1_sum",    "l2_slower", "l2_sum",
+                                   "peak",      "prefill_ms", "prefill_gflops"};
   constexpr int kColumns = int(std::size(names));
   std::vector<std::vector<double>> col(kColumns);
   for (const char* name : names) std::printf("%s ", name);

@@ -146,7 +146,7 @@ void with_rows(int64_t rows, F&& f) {
 template <GemvPrefetch kPrefetch>
 void blocks_as(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int64_t b0,
                int64_t b1, int64_t N, void* y, bool y_bf16, const float* residual) {
-  if (M <= kRowsMax)
+  if (M <= kRowsMax)  // one walk: the thread's blocks in one loop, x's rows addressed once
     return with_rows(M, [&](auto mr) {
       rows_blocks_as<decltype(mr)::value, kPrefetch>(xb, Kp, w, b0, b1, N, y, y_bf16, residual);
     });

@@ -29,6 +29,9 @@ namespace kiln::cpu::detail {
 //   the linears of a token step, in model order, from a median of 30.1-31.2 ms to 19.5-22.0
 //   (8-64 KiB ahead alike, switched in one process), and `kiln bench`'s decode from 30-41 to
 //   43-52 tokens/s (docs/benchmarks.md, thirty-fourth session).
+// - None on AMD's family 19h (Zen 3, Zen 4): on a Zen 4 VM the page kick read 10-15 % slower
+//   than no prefetch whenever memory was fast (bench_linear's model order, alternated: 14.7-15.6
+//   against 12.6-13.6 ms), and level when it was slow (docs/benchmarks.md, forty-seventh session).
 // KILN_GEMV_PREFETCH=line|page|0 overrides (1 is line), for measuring them on another CPU.
 GemvPrefetch gemv_prefetch() {
   static const GemvPrefetch mode = [] {
@@ -41,6 +44,7 @@ GemvPrefetch gemv_prefetch() {
     }
 #if defined(__x86_64__)
     if (__builtin_cpu_is("intel")) return GemvPrefetch::kEveryLine;
+    if (__builtin_cpu_is("amdfam19h")) return GemvPrefetch::kNone;
 #endif
     return GemvPrefetch::kPageKick;
   }();

@@ -220,8 +220,9 @@ __attribute__((target("avx2,fma"))) void rows_block_avx2(const float* x, int64_t
   if constexpr (MR == 1) {
     // One prefetch per page as in gemv_bf16 (GemvPrefetch): on the Zen 5 this loop read a token
     // step's weights at a median of 52.3 and 54.2 GB/s with it, 35.4 and 40.0 without
-    // (bench_gemv_portable, alternated; docs/benchmarks.md, thirty-fourth session). Not
-    // measured on an AVX2-only CPU.
+    // (bench_gemv_portable, alternated; docs/benchmarks.md, thirty-fourth session). On a Zen 4,
+    // where gemv_prefetch() takes none, none read 53.7-54.3 against 48.3-48.9 when memory was
+    // fast (forty-seventh session). Not measured on an AVX2-only CPU.
     if (gemv_prefetch() == GemvPrefetch::kPageKick)
       tile_avx2<1, 8, false, true>(x, Kp, m0, wblk, 0, 0, Kp / 2, acc);
     else

@@ -99,7 +99,8 @@ void gemv_bf16(const uint16_t* xb, int64_t M, int64_t Kp, const uint16_t* w, int
                bool y_bf16, const float* residual);
 // How the decode GEMVs (gemv_bf16, and linear_bf16_portable's for one row) help the hardware
 // prefetcher, chosen once per process (gemv_bf16.cpp): a prefetch of every line 4 KiB ahead on
-// Intel cores, one per 4 KiB page 32 KiB ahead (kick_page_ahead, simd.h) on the others;
+// Intel cores, none on AMD's family 19h (Zen 3, Zen 4), one per 4 KiB page 32 KiB ahead
+// (kick_page_ahead, simd.h) on the others (Zen 5);
 // KILN_GEMV_PREFETCH=line|page|0 overrides. The portable GEMV takes only the page kick.
 enum class GemvPrefetch { kNone, kEveryLine, kPageKick };
 GemvPrefetch gemv_prefetch();

@@ -31,7 +31,9 @@ namespace kiln::cpu::detail {
 //   43-52 tokens/s (docs/benchmarks.md, thirty-fourth session).
 // - None on AMD's family 19h (Zen 3, Zen 4): on a Zen 4 VM the page kick read 10-15 % slower
 //   than no prefetch whenever memory was fast (bench_linear's model order, alternated: 14.7-15.6
-//   against 12.6-13.6 ms), and level when it was slow (docs/benchmarks.md, forty-seventh session).
+//   against 12.6-13.6 ms), and level when it was slow; decode steps with the kick took 1.08-1.16x
+//   as long (bench_decode_ab, 192 pairs a run), and a prefetch of every line 1.01x (docs/
+//   benchmarks.md, forty-seventh session).
 // KILN_GEMV_PREFETCH=line|page|0 overrides (1 is line), for measuring them on another CPU.
 GemvPrefetch gemv_prefetch() {
   static const GemvPrefetch mode = [] {

@@ -4,7 +4,8 @@
 #   bash scripts/setup.sh            install + build + run the main job
 #   bash scripts/setup.sh --no-run   install + build only (CI)
 #   --with-reference                 also Debian's python3-torch: the tests' reference oracle
-#                                    (tests/oracle, skipped without it) and the benchmarks' peer
+#                                    (tests/oracle, skipped without it) and the benchmarks' peer,
+#                                    with jemalloc, as the issue's PyTorch figures were taken
 set -euo pipefail
 RUN=1
 REFERENCE=0
@@ -21,7 +22,7 @@ SHARED=${KILN_SHARED_DIR:-$ROOT/../shared}
 
 PACKAGES=(build-essential cmake ninja-build pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libbenchmark-dev libicu-dev clang libclang-rt-14-dev libomp-14-dev)
-[ "$REFERENCE" = 1 ] && PACKAGES+=(python3-torch python3-numpy)
+[ "$REFERENCE" = 1 ] && PACKAGES+=(python3-torch python3-numpy libjemalloc2)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

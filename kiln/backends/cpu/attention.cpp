@@ -858,6 +858,17 @@ void softmax_update(float* st, int64_t ld, int64_t nk_pad, int64_t c0, float* m,
 // rows or of the next or current superblock's span, changed nothing measurable on the Zen 3;
 // reading the next superblock while computing this one was slower than reading this one first
 // (docs/notes/cpu-attention.md).
+// How decode_chunk reads a superblock's K and V spans ahead of its walk: whole lines on AMD's
+// family 19h (Zen 3, Zen 4), one word a line elsewhere (simd.h: touch_lines_pair).
+bool span_reads_whole_lines() {
+#if defined(__x86_64__)
+  static const bool whole = __builtin_cpu_is("amdfam19h");
+  return whole;
+#else
+  return false;
+#endif
+}
+
 template <typename KT>
 void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                   const DecodeChunk& c, float* pm, float* pl, float* pacc, Tensor& out) {
@@ -890,6 +901,7 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
 #endif
     }
   }
+  const bool whole_lines = span_reads_whole_lines();
   alignas(64) float s[8 * kSuperSlots];  // scores, then p, of the superblock: [row][slot]
   float alpha[8];
   constexpr uint32_t kBlockBits = (1u << kLanes) - 1u;
@@ -901,7 +913,10 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
       if (mask[c.b * a.l + j0 + jj]) base |= uint64_t(1) << jj;
     const int64_t span = (c.b * a.l + j0) * slot_stride;
     const int64_t span_bytes = ns * slot_stride * int64_t(sizeof(KT));
-    detail::touch_bytes_pair(k + span, v + span, span_bytes);
+    if (whole_lines)
+      detail::touch_lines_pair(k + span, v + span, span_bytes);
+    else
+      detail::touch_bytes_pair(k + span, v + span, span_bytes);
     for (int64_t g = 0; g < a.hkv; ++g) {
       const DecodeQuery& qr = queries[size_t(g)];
       const int64_t first = (c.b * a.l + j0) * slot_stride + g * a.d;  // head g's row of slot j0

@@ -312,6 +312,29 @@ inline void touch_bytes_pair(const void* p, const void* q, int64_t bytes) {
   asm volatile("" : : "r"(sink));  // keeps the loads
 }
 
+// touch_bytes_pair with each line loaded whole and XORed in: no lane shuffles, where the
+// compiler's vectorised form of the loop above gathers one word of each line with vpermt2q. On a
+// Zen 4 the decode attention with it took 0.92 of the time cold at 512 slots and 0.955 at 160
+// (bench_attention_ab --cold), level warm; on the Zen 5 1.046 cold (docs/notes/cpu-attention.md,
+// decode items 24 and 25). The decode attention picks between the two per CPU.
+inline void touch_lines_pair(const void* p, const void* q, int64_t bytes) {
+#if defined(__AVX512F__)
+  const char* a = static_cast<const char*>(p);
+  const char* b = static_cast<const char*>(q);
+  __m512i sa = _mm512_setzero_si512(), sb = sa;
+  int64_t o = 0;
+  for (; o + 64 <= bytes; o += 64) {
+    sa = _mm512_xor_si512(sa, _mm512_loadu_si512(a + o));
+    sb = _mm512_xor_si512(sb, _mm512_loadu_si512(b + o));
+  }
+  sa = _mm512_xor_si512(sa, sb);
+  asm volatile("" : : "v"(sa));  // keeps the loads
+  if (o < bytes) touch_bytes_pair(a + o, b + o, bytes - o);
+#else
+  touch_bytes_pair(p, q, bytes);
+#endif
+}
+
 // Converts n values of src (f32|bf16) starting at element `offset` into f32 dst.
 inline void load_row(const void* src, DType t, int64_t offset, int64_t n, float* dst) {
   if (t == DType::f32) {

@@ -314,7 +314,7 @@ inline void touch_bytes_pair(const void* p, const void* q, int64_t bytes) {
 
 // touch_bytes_pair with each line loaded whole and XORed in: no lane shuffles, where the
 // compiler's vectorised form of the loop above gathers one word of each line with vpermt2q. On a
-// Zen 4 the decode attention with it took 0.92 of the time cold at 512 slots and 0.955 at 160
+// Zen 4 the decode attention with it took 0.92 of the time cold at 512 slots and 0.96 at 160
 // (bench_attention_ab --cold), level warm; on the Zen 5 1.046 cold (docs/notes/cpu-attention.md,
 // decode items 24 and 25). The decode attention picks between the two per CPU.
 inline void touch_lines_pair(const void* p, const void* q, int64_t bytes) {

@@ -845,19 +845,6 @@ void softmax_update(float* st, int64_t ld, int64_t nk_pad, int64_t c0, float* m,
 #endif
 
 #ifdef KILN_SIMD_VEC
-// One chunk: for each kv head, the rg = T * G query rows of the head (row i is
-// r = t * Hq + g * G + q head of the group). Writes unnormalised partials pm[r], pl[r],
-// pacc[r * D], or, for a whole chunk, the normalised rows of `out`. Scores come per block of
-// kLanes slots (score_block, per ISA), the online softmax is updated once per superblock. The heads
-// are walked inside each superblock, whose K and V spans (a slot's rows of all heads are
-// contiguous) are first read front to back into L2 (touch_bytes_pair: K and V line by line in
-// turn): without the read ahead the walk (D values of every Hkv * D slot row) leaves the hardware
-// prefetcher idle and ran at 31-41 % of a plain read of its bytes on the Zen 3; one head per item
-// was 12-15 % slower there, and on the Zen 5 (bench_attention's model-like row) 48-52 against 46
-// us per layer at L = 192, 395 against 331-339 at 2048. Software prefetch, of the next block's
-// rows or of the next or current superblock's span, changed nothing measurable on the Zen 3;
-// reading the next superblock while computing this one was slower than reading this one first
-// (docs/notes/cpu-attention.md).
 // How decode_chunk reads a superblock's K and V spans ahead of its walk: whole lines on AMD's
 // family 19h (Zen 3, Zen 4), one word a line elsewhere (simd.h: touch_lines_pair).
 bool span_reads_whole_lines() {
@@ -869,6 +856,19 @@ bool span_reads_whole_lines() {
 #endif
 }
 
+// One chunk: for each kv head, the rg = T * G query rows of the head (row i is
+// r = t * Hq + g * G + q head of the group). Writes unnormalised partials pm[r], pl[r],
+// pacc[r * D], or, for a whole chunk, the normalised rows of `out`. Scores come per block of
+// kLanes slots (score_block, per ISA), the online softmax is updated once per superblock. The heads
+// are walked inside each superblock, whose K and V spans (a slot's rows of all heads are
+// contiguous) are first read front to back into L2 (touch_bytes_pair or touch_lines_pair: K and
+// V line by line in turn): without the read ahead the walk (D values of every Hkv * D slot row)
+// leaves the hardware prefetcher idle and ran at 31-41 % of a plain read of its bytes on the
+// Zen 3; one head per item was 12-15 % slower there, and on the Zen 5 (bench_attention's
+// model-like row) 48-52 against 46 us per layer at L = 192, 395 against 331-339 at 2048.
+// Software prefetch, of the next block's rows or of the next or current superblock's span,
+// changed nothing measurable on the Zen 3; reading the next superblock while computing this one
+// was slower than reading this one first (docs/notes/cpu-attention.md).
 template <typename KT>
 void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const int32_t* mask,
                   const DecodeChunk& c, float* pm, float* pl, float* pacc, Tensor& out) {

@@ -182,27 +182,37 @@ TEST_P(AttentionOps, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Cpu, AttentionOps, ::testing::ValuesIn(for_each_dtype(attention_cases())),
                          param_name);
 
-// Decoding token by token against the cache gives what one prefill over all tokens gives.
+// Decoding token by token against the cache gives what one prefill over all tokens gives (a
+// prefill this short takes the f32-class path): to f32 rounding where the decode multiplies in f32,
+// within attention_ref's bound for the rounding of q and p where it takes vdpbf16ps.
 TEST(Attention, DecodeStepsMatchPrefill) {
-  const int64_t l = 20, hq = 4, hkv = 2, d = 32;
+  const AttnShape s = {"decode_steps", 1, 20, 20, 4, 2, 32, 0, {2}};
+  const int64_t l = s.l, hq = s.hq, d = s.d;
   Tensor q = random_tensor({1, l, hq, d}, DType::f32, 41);
-  Tensor k = random_tensor({1, l, hkv, d}, DType::bf16, 42);
-  Tensor v = random_tensor({1, l, hkv, d}, DType::bf16, 43);
-  std::vector<int32_t> m(size_t(l), 1);
-  m[0] = m[1] = 0;
+  Tensor k = random_tensor({1, l, s.hkv, d}, DType::bf16, 42);
+  Tensor v = random_tensor({1, l, s.hkv, d}, DType::bf16, 43);
+  const std::vector<int32_t> m = make_mask(s);  // slots 0 and 1 masked
+  std::vector<double> bound;
+  attention_ref(s, to_double(q), to_double(k), to_double(v), m, bound);
   Tensor mask = Tensor::from_vector(m, {1, l});
   Tensor full = Tensor::empty({1, l, hq, d}, DType::f32);
   cpu::attention(q, k, v, mask, 0, full);
   std::vector<float> fv = full.to_f32_vector();
-  for (int64_t t = 0; t < l; ++t) {
-    Tensor qt = Tensor::from_vector(
-        std::vector<float>(q.data<float>() + t * hq * d, q.data<float>() + (t + 1) * hq * d),
-        {1, 1, hq, d});
-    Tensor o = Tensor::empty({1, 1, hq, d}, DType::f32);
-    cpu::attention(qt, k, v, mask, t, o);
-    std::vector<double> want(fv.begin() + t * hq * d, fv.begin() + (t + 1) * hq * d);
-    EXPECT_TRUE(all_close(o, want, {1e-6, 1e-5})) << "step " << t;
-  }
+  cpu::test::for_each_bf16_gemm_arithmetic([&] {
+    const bool rounded =
+        cpu::detail::bf16_gemm_arithmetic() == cpu::detail::Bf16GemmArithmetic::kDpbf16;
+    for (int64_t t = 0; t < l; ++t) {
+      Tensor qt = Tensor::from_vector(
+          std::vector<float>(q.data<float>() + t * hq * d, q.data<float>() + (t + 1) * hq * d),
+          {1, 1, hq, d});
+      Tensor o = Tensor::empty({1, 1, hq, d}, DType::f32);
+      cpu::attention(qt, k, v, mask, t, o);
+      std::vector<double> want(fv.begin() + t * hq * d, fv.begin() + (t + 1) * hq * d);
+      std::vector<double> slack;
+      if (rounded) slack.assign(bound.begin() + t * hq * d, bound.begin() + (t + 1) * hq * d);
+      EXPECT_TRUE(all_close(o, want, {1e-6, 1e-5}, slack)) << "step " << t;
+    }
+  });
 }
 
 // A grouped q (bf16 [B, Hkv, T, G, D], scaled: kernels.h) gives the bits of the f32 q it was made

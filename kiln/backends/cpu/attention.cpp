@@ -180,6 +180,7 @@ struct DecodeChunk {
 struct DecodeQuery {
   int64_t rg = 0;            // rows (T * G <= 8)
   const float* rows[8] = {};  // f32 q rows, in the pair layout where pair_layout() says so
+  const bf16_t* rows_bf16[8] = {};  // or, where the scores take vdpbf16ps, scaled bf16 q rows
 };
 
 constexpr int64_t kRowsMax = 64;  // prefill: rows (query, q head) per work item
@@ -363,7 +364,8 @@ inline void decode_partials(const float* const* qrows, const bf16_t* kp, int64_t
 // p V accumulators are kept with each 32 values as [16 even-indexed | 16 odd-indexed], and a K or V
 // row is used as stored: 1 load and 2 single-cycle ops per 32 values, where widening by vpmovzxwd
 // costs a port-5 shuffle per 16 (and vdpbf16ps, on q split into bf16 hi and lo halves, issues at
-// half the f32 FMA rate on Intel's Sapphire and Emerald Rapids).
+// half the f32 FMA rate on Intel's Sapphire and Emerald Rapids). Where vdpbf16ps is the faster,
+// the decode takes it instead, on a bf16 q (dpbf16_decode).
 template <typename KT>
 constexpr bool pair_layout(int64_t d) {
   return std::is_same_v<KT, bf16_t> && d % 32 == 0;
@@ -479,6 +481,126 @@ inline void decode_pv_pairs(const bf16_t* vp, int64_t slot_stride, int64_t nb, u
   }
 }
 
+#ifdef __AVX512BF16__
+// Decode on vdpbf16ps (bf16 cache, D % 32 == 0): q pre-scaled and rounded to bf16 once, p rounded
+// to bf16 once, as the GEMM prefill path does (the precision of the tensors around the op).
+// Scores: a K row's 32 values are 16 bf16 pairs, one vdpbf16ps against q's pairs per 32 values.
+template <int RG, int ND>
+inline void decode_block_partials_dp(const bf16_t* const* qrows, const bf16_t* k0,
+                                     int64_t slot_stride, uint32_t visible, __m512* part) {
+  __m512bh qv[RG][ND];
+  for (int r = 0; r < RG; ++r)
+    for (int n = 0; n < ND; ++n) qv[r][n] = (__m512bh)_mm512_loadu_si512(qrows[r] + 32 * n);
+  for (int jj = 0; jj < 16; ++jj) {
+    if (!(visible >> jj & 1u)) {
+      for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_setzero_ps();
+      continue;
+    }
+    const bf16_t* kp = k0 + jj * slot_stride;
+    __m512 acc[RG][2];
+    for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int n = 0; n < ND; ++n) {
+      const __m512bh w = (__m512bh)_mm512_loadu_si512(kp + 32 * n);
+      for (int r = 0; r < RG; ++r) acc[r][n & 1] = _mm512_dpbf16_ps(acc[r][n & 1], w, qv[r][n]);
+    }
+    for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
+  }
+}
+
+// The same for one slot, q read from L1 (shapes without a register form).
+template <int RG>
+inline void decode_partials_dp(const bf16_t* const* qrows, const bf16_t* kp, int64_t d,
+                               __m512* part, int64_t jj) {
+  __m512 acc[RG][2];
+  for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < d; i += 32) {
+    const __m512bh w = (__m512bh)_mm512_loadu_si512(kp + i);
+    for (int r = 0; r < RG; ++r)
+      acc[r][(i / 32) & 1] = _mm512_dpbf16_ps(acc[r][(i / 32) & 1], w,
+                                              (__m512bh)_mm512_loadu_si512(qrows[r] + i));
+  }
+  for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
+}
+
+// p V: slots taken in pairs, their V rows interleaved value by value (vpunpck{l,h}wd), so that one
+// vdpbf16ps against the pair (p_j, p_j+1) adds both slots. The accumulators of 32 columns c are
+// [lo | hi]: lo lane 4b + i holds column 8b + i, hi lane 4b + i column 8b + 4 + i.
+template <int NC, bool kTwo>
+inline void decode_pv_dp(const bf16_t* vp, int64_t slot_stride, int64_t nb, uint64_t bits,
+                         const uint32_t* pp0, const uint32_t* pp1, float alpha0, float alpha1,
+                         float* acc0, float* acc1) {
+  __m512 a0[2 * NC], a1[2 * NC];
+  const __m512 al0 = _mm512_set1_ps(alpha0), al1 = _mm512_set1_ps(alpha1);
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * NC; ++i) {
+    a0[i] = _mm512_mul_ps(_mm512_loadu_ps(acc0 + 16 * i), al0);
+    if (kTwo) a1[i] = _mm512_mul_ps(_mm512_loadu_ps(acc1 + 16 * i), al1);
+  }
+  for (int64_t j = 0; j < nb; j += 2) {
+    // Masked slots are never loaded (an unused cache slot may hold anything): zeros instead.
+    const unsigned both = unsigned(bits >> j) & 3u;
+    if (!both) continue;
+    const bf16_t* r0 = vp + j * slot_stride;
+    const bf16_t* r1 = r0 + slot_stride;
+    const __m512bh b0 = (__m512bh)_mm512_set1_epi32(int(pp0[j / 2]));
+    const __m512bh b1 = kTwo ? (__m512bh)_mm512_set1_epi32(int(pp1[j / 2])) : b0;
+#pragma GCC unroll 8
+    for (int n = 0; n < NC; ++n) {
+      const __m512i wa = both & 1u ? _mm512_loadu_si512(r0 + 32 * n) : _mm512_setzero_si512();
+      const __m512i wb = both & 2u ? _mm512_loadu_si512(r1 + 32 * n) : _mm512_setzero_si512();
+      const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(wa, wb);
+      const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(wa, wb);
+      a0[2 * n] = _mm512_dpbf16_ps(a0[2 * n], lo, b0);
+      a0[2 * n + 1] = _mm512_dpbf16_ps(a0[2 * n + 1], hi, b0);
+      if (kTwo) {
+        a1[2 * n] = _mm512_dpbf16_ps(a1[2 * n], lo, b1);
+        a1[2 * n + 1] = _mm512_dpbf16_ps(a1[2 * n + 1], hi, b1);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * NC; ++i) {
+    _mm512_storeu_ps(acc0 + 16 * i, a0[i]);
+    if (kTwo) _mm512_storeu_ps(acc1 + 16 * i, a1[i]);
+  }
+}
+
+// decode_pv_dp over D = 32n columns in chunks of up to 128, for one row or two.
+void decode_pv_dp_chunks(const bf16_t* vp, int64_t slot_stride, int64_t nb, uint64_t bits,
+                         int64_t d, const uint32_t* pp0, const uint32_t* pp1, float alpha0,
+                         float alpha1, float* acc0, float* acc1) {
+  for (int64_t d0 = 0; d0 < d; d0 += 128) {
+    float* c1 = acc1 ? acc1 + d0 : nullptr;
+    switch (std::min<int64_t>(4, (d - d0) / 32) * 2 + (acc1 ? 1 : 0)) {
+#define KILN_PVD_CASE(n)                                                                      \
+  case 2 * n:                                                                                 \
+    decode_pv_dp<n, false>(vp + d0, slot_stride, nb, bits, pp0, pp0, alpha0, alpha0, acc0 + d0, \
+                           acc0 + d0);                                                        \
+    break;                                                                                    \
+  case 2 * n + 1:                                                                             \
+    decode_pv_dp<n, true>(vp + d0, slot_stride, nb, bits, pp0, pp1, alpha0, alpha1, acc0 + d0, \
+                          c1);                                                                \
+    break;
+      KILN_PVD_CASE(1) KILN_PVD_CASE(2) KILN_PVD_CASE(3) KILN_PVD_CASE(4)
+#undef KILN_PVD_CASE
+    }
+  }
+}
+
+// The accumulators of decode_pv_dp (each 32 columns [lo | hi]) back into column order, in place.
+void from_unpack_layout(float* x, int64_t d) {
+  for (int64_t c = 0; c < d; c += 32) {
+    float t[32];
+    std::copy(x + c, x + c + 32, t);
+    for (int64_t b = 0; b < 4; ++b)
+      for (int64_t i = 0; i < 4; ++i) {
+        x[c + 8 * b + i] = t[4 * b + i];
+        x[c + 8 * b + 4 + i] = t[16 + 4 * b + i];
+      }
+  }
+}
+#endif  // __AVX512BF16__
+
 // Lane i of the result = op over the lanes of v[i], for 16 vectors (a transposing reduction
 // tree: 45 shuffles and ops instead of 16 separate horizontal reductions, whose latency chains
 // a row-by-row loop waits on).
@@ -570,9 +692,41 @@ void score_block(const DecodeQuery& qr, int64_t d, const KT* kb, int64_t slot_st
   const int64_t rg = qr.rg;
   __m512 part[8 * 16];  // lane partials [row][slot]
   bool scored = false;
+#ifdef __AVX512BF16__
+  if constexpr (std::is_same_v<KT, bf16_t>) {
+    if (qr.rows_bf16[0]) {  // vdpbf16ps on the scaled bf16 q (see dpbf16_decode)
+      switch (rg * 1000 + d) {
+#define KILN_DP_BLOCK_CASE(r, dd)                                                       \
+  case r * 1000 + dd:                                                                   \
+    decode_block_partials_dp<r, dd / 32>(qr.rows_bf16, kb, slot_stride, bits, part);    \
+    break;
+        KILN_DP_BLOCK_CASE(1, 64) KILN_DP_BLOCK_CASE(2, 64) KILN_DP_BLOCK_CASE(3, 64)
+        KILN_DP_BLOCK_CASE(4, 64) KILN_DP_BLOCK_CASE(1, 128) KILN_DP_BLOCK_CASE(2, 128)
+#undef KILN_DP_BLOCK_CASE
+        default:
+          for (int64_t jj = 0; jj < 16; ++jj) {
+            if (!(bits >> jj & 1u)) {
+              for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
+              continue;
+            }
+            switch (rg) {
+#define KILN_DP_SLOT_CASE(n)                                                            \
+  case n:                                                                               \
+    decode_partials_dp<n>(qr.rows_bf16, kb + jj * slot_stride, d, part, jj);            \
+    break;
+              KILN_DP_SLOT_CASE(1) KILN_DP_SLOT_CASE(2) KILN_DP_SLOT_CASE(3) KILN_DP_SLOT_CASE(4)
+              KILN_DP_SLOT_CASE(5) KILN_DP_SLOT_CASE(6) KILN_DP_SLOT_CASE(7) KILN_DP_SLOT_CASE(8)
+#undef KILN_DP_SLOT_CASE
+            }
+          }
+      }
+      scored = true;
+    }
+  }
+#endif
   if constexpr (std::is_same_v<KT, bf16_t>) {
     // The common shapes (D = 64 or 128, up to 4 rows per kv head) keep q in registers.
-    switch (pair_layout<KT>(d) ? rg * 1000 + d : 0) {
+    switch (pair_layout<KT>(d) && !scored ? rg * 1000 + d : 0) {
 #define KILN_BLOCK_CASE(r, dd)                                                        \
   case r * 1000 + dd:                                                                 \
     decode_block_partials_pairs<r, dd / 32>(qr.rows, kb, slot_stride, bits, part);    \
@@ -856,6 +1010,24 @@ bool span_reads_whole_lines() {
 #endif
 }
 
+// Whether decode_chunk scores and sums on vdpbf16ps: a bf16 cache with D % 32 == 0, where kiln's
+// bf16 GEMM takes vdpbf16ps too (bf16_gemm_arithmetic: the CPUs that run it at least as fast as
+// f32 FMAs). q is then scaled and rounded to bf16 once and p rounded to bf16 once, as the GEMM
+// prefill path rounds them (and as Transformers' bf16 attention holds them): K and V are used as
+// stored, with no widening, and one vdpbf16ps does the work of two f32 FMAs. On a Zen 4 that took a
+// cold call at 544 slots to 0.94 of the time of the pair layout's f32 FMAs (warm 0.90), and decode
+// steps at P = 512 to 0.992-0.995 (docs/notes/cpu-attention.md, decode item 26).
+template <typename KT>
+bool dpbf16_decode(int64_t d) {
+#ifdef __AVX512BF16__
+  return std::is_same_v<KT, bf16_t> && d % 32 == 0 &&
+         detail::bf16_gemm_arithmetic() == detail::Bf16GemmArithmetic::kDpbf16;
+#else
+  (void)d;
+  return false;
+#endif
+}
+
 // One chunk: for each kv head, the rg = T * G query rows of the head (row i is
 // r = t * Hq + g * G + q head of the group). Writes unnormalised partials pm[r], pl[r],
 // pacc[r * D], or, for a whole chunk, the normalised rows of `out`. Scores come per block of
@@ -877,23 +1049,34 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
   auto row_of = [&](int64_t g, int64_t i) { return (i / a.g) * a.hq + g * a.g + i % a.g; };
   thread_local std::vector<DecodeQuery> queries;
   thread_local std::vector<float> qpair_buf;
+  thread_local std::vector<bf16_t> qbf16_buf;
   if (queries.size() < size_t(a.hkv)) queries.resize(size_t(a.hkv));
+  const bool dp = dpbf16_decode<KT>(a.d);  // scaled bf16 q, bf16 p, vdpbf16ps
 #ifdef __AVX512F__
-  const bool pairs = pair_layout<KT>(a.d);  // q and pacc in the pair layout
+  const bool pairs = !dp && pair_layout<KT>(a.d);  // q and pacc in the pair layout
 #else
   const bool pairs = false;
 #endif
   if (pairs && qpair_buf.size() < size_t(a.hkv * rg * a.d)) qpair_buf.resize(size_t(a.hkv * rg * a.d));
+  if (dp && qbf16_buf.size() < size_t(a.hkv * rg * a.d)) qbf16_buf.resize(size_t(a.hkv * rg * a.d));
   for (int64_t g = 0; g < a.hkv; ++g) {
     DecodeQuery& qr = queries[size_t(g)];
     qr.rg = rg;
     for (int64_t i = 0; i < rg; ++i) {
       const int64_t r = row_of(g, i);
       qr.rows[i] = qb + r * a.d;
+      qr.rows_bf16[i] = nullptr;
       pm[r] = kNegInf;
       pl[r] = 0.f;
       std::fill(pacc + r * a.d, pacc + (r + 1) * a.d, 0.f);
 #ifdef __AVX512F__
+      if (dp) {
+        bf16_t* qh = qbf16_buf.data() + (g * rg + i) * a.d;
+        const __m512 scale = _mm512_set1_ps(a.scale);
+        for (int64_t e = 0; e < a.d; e += 16)
+          detail::store_bf16x16(qh + e, _mm512_mul_ps(_mm512_loadu_ps(qr.rows[i] + e), scale));
+        qr.rows_bf16[i] = qh;
+      }
       if (!pairs) continue;
       float* qp = qpair_buf.data() + (g * rg + i) * a.d;
       to_pair_layout(qr.rows[i], a.d, qp);
@@ -902,6 +1085,7 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
     }
   }
   const bool whole_lines = span_reads_whole_lines();
+  alignas(64) bf16_t p_bf16[8 * kSuperSlots];  // where dp: p rounded to bf16, [row][slot]
   alignas(64) float s[8 * kSuperSlots];  // scores, then p, of the superblock: [row][slot]
   float alpha[8];
   constexpr uint32_t kBlockBits = (1u << kLanes) - 1u;
@@ -935,9 +1119,9 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
           vis[sb] = uint32_t(base >> (kLanes * sb)) & kBlockBits;
           const int64_t last = lim - kLanes * sb;
           if (last < kLanes - 1) vis[sb] &= last < 0 ? 0u : (2u << last) - 1u;
-          sv[sb] = vselect_bits(vis[sb], vmul(vload(sp + kLanes * sb),
-                                                              vset1(a.scale)),
-                                        vset1(kNegInf));
+          const VecF scores = dp ? vload(sp + kLanes * sb)  // q came scaled
+                                 : vmul(vload(sp + kLanes * sb), vset1(a.scale));
+          sv[sb] = vselect_bits(vis[sb], scores, vset1(kNegInf));
           mx = vmax(mx, sv[sb]);
         }
         const float m_new = std::max(pm[r], vreduce_max(mx));
@@ -950,8 +1134,16 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
         VecF sum = vzero();
         for (int64_t sb = 0; sb < nsub; ++sb) {
           // Hidden slots (-inf) get exactly 0.
-          const VecF p = vselect_bits(
+          VecF p = vselect_bits(
               vis[sb], vexp(vsub(sv[sb], vset1(m_new))), vzero());
+#ifdef __AVX512F__
+          if (dp) {  // p V takes p in bf16; the sum is of the rounded values (weights sum to 1)
+            bf16_t* pr = p_bf16 + i * kSuperSlots + kLanes * sb;
+            const __m256i pb = detail::cvt_f32_bf16x16(p);
+            _mm256_store_si256(reinterpret_cast<__m256i*>(pr), pb);
+            p = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(pb), 16));
+          }
+#endif
           vstore(sp + kLanes * sb, p);
           sum = vadd(sum, p);
         }
@@ -961,6 +1153,18 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
       // acc += p V (V rows streamed once per D chunk, from L1), rows in pairs.
       for (int64_t i = 0; i < rg; i += 2) {
         const bool two = i + 1 < rg;
+#ifdef __AVX512BF16__
+        if constexpr (std::is_same_v<KT, bf16_t>) {
+          if (dp) {
+            const auto* pp = reinterpret_cast<const uint32_t*>(p_bf16);  // (p_j, p_j+1) pairs
+            decode_pv_dp_chunks(v + first, slot_stride, ns, base, a.d, pp + i * kSuperSlots / 2,
+                                two ? pp + (i + 1) * kSuperSlots / 2 : nullptr, alpha[i],
+                                two ? alpha[i + 1] : 1.f, pacc + row_of(g, i) * a.d,
+                                two ? pacc + row_of(g, i + 1) * a.d : nullptr);
+            continue;
+          }
+        }
+#endif
         decode_pv_chunks(v + first, slot_stride, ns, base, a.d, s + i * kSuperSlots,
                          two ? s + (i + 1) * kSuperSlots : nullptr, alpha[i],
                          two ? alpha[i + 1] : 1.f, pacc + row_of(g, i) * a.d,
@@ -969,6 +1173,10 @@ void decode_chunk(const Dims& a, const float* q, const KT* k, const KT* v, const
     }
   }
 #ifdef __AVX512F__
+#ifdef __AVX512BF16__
+  if (dp)
+    for (int64_t r = 0; r < rows; ++r) from_unpack_layout(pacc + r * a.d, a.d);
+#endif
   if (pairs)
     for (int64_t r = 0; r < rows; ++r) from_pair_layout(pacc + r * a.d, a.d);
 #endif

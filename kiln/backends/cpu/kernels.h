@@ -132,6 +132,9 @@ void split_columns(const Tensor& x, int64_t col_begin, Tensor& y);
 //   query t sits at slot `slot_offset + t` and attends slots j <= slot_offset + t with kv_mask[b][j]
 //   (causal by slot). A query with no visible slot (a padding row) outputs zeros.
 //   out: act [B, T, Hq, D]. softmax in f32 with scale attention_scale(D).
+//   With a bf16 cache the kernel may round the scaled q and the unnormalised probabilities to
+//   bf16 once each, as a bf16 model's tensors hold them (the prefill through the GEMMs; the decode
+//   where the bf16 GEMM takes vdpbf16ps); with an f32 cache it stays f32-class.
 // Where attention_takes_grouped_q says so, q may instead be bf16 [B, Hkv, T, G, D] (G = Hq / Hkv):
 // each kv head's query rows (t, g) side by side, scaled by attention_scale(D) and rounded to bf16.
 // That is the operand the prefill kernel makes of an f32 q, so either form gives the same bits;

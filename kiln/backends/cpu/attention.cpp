@@ -412,6 +412,24 @@ inline void decode_partials_pairs(const float* const* qrows, const bf16_t* kp, i
   for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
 }
 
+// part[r * 16 + jj] for the 16 slots of a block (K rows at k0 + jj * slot_stride): zero where the
+// slot's bit in `visible` is clear, else the sum of the two accumulators per row that
+// dot(K row, acc) leaves.
+template <int RG, typename Dot>
+inline void block_partials(const bf16_t* k0, int64_t slot_stride, uint32_t visible, __m512* part,
+                           Dot&& dot) {
+  for (int jj = 0; jj < 16; ++jj) {
+    if (!(visible >> jj & 1u)) {
+      for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_setzero_ps();
+      continue;
+    }
+    __m512 acc[RG][2];
+    for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    dot(k0 + jj * slot_stride, acc);
+    for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
+  }
+}
+
 // The same for the 16 slots of a block at once, D = 32 * ND, with q held in registers across the
 // slots (RG * ND <= 8): no per-slot call, no q reloads. Slots whose bit in `visible` is clear get
 // zero partials.
@@ -424,14 +442,7 @@ inline void decode_block_partials_pairs(const float* const* qrows, const bf16_t*
       qe[r][n] = _mm512_loadu_ps(qrows[r] + 32 * n);
       qo[r][n] = _mm512_loadu_ps(qrows[r] + 32 * n + 16);
     }
-  for (int jj = 0; jj < 16; ++jj) {
-    if (!(visible >> jj & 1u)) {
-      for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_setzero_ps();
-      continue;
-    }
-    const bf16_t* kp = k0 + jj * slot_stride;
-    __m512 acc[RG][2];
-    for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  block_partials<RG>(k0, slot_stride, visible, part, [&](const bf16_t* kp, __m512 (&acc)[RG][2]) {
     for (int n = 0; n < ND; ++n) {
       const __m512i w = _mm512_loadu_si512(kp + 32 * n);
       const __m512 ke = bf16_even_f32(w), ko = bf16_odd_f32(w);
@@ -440,7 +451,27 @@ inline void decode_block_partials_pairs(const float* const* qrows, const bf16_t*
         acc[r][1] = _mm512_fmadd_ps(qo[r][n], ko, acc[r][1]);
       }
     }
-    for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
+  });
+}
+
+// The p V accumulators of one row (or two, kTwo) as N vectors each, scaled by the softmax's
+// alpha as they are loaded, and stored back.
+template <int N, bool kTwo>
+inline void load_pv_acc(const float* acc0, const float* acc1, float alpha0, float alpha1,
+                        __m512 (&a0)[N], __m512 (&a1)[N]) {
+  const __m512 al0 = _mm512_set1_ps(alpha0), al1 = _mm512_set1_ps(alpha1);
+#pragma GCC unroll 16
+  for (int i = 0; i < N; ++i) {
+    a0[i] = _mm512_mul_ps(_mm512_loadu_ps(acc0 + 16 * i), al0);
+    if (kTwo) a1[i] = _mm512_mul_ps(_mm512_loadu_ps(acc1 + 16 * i), al1);
+  }
+}
+template <int N, bool kTwo>
+inline void store_pv_acc(const __m512 (&a0)[N], const __m512 (&a1)[N], float* acc0, float* acc1) {
+#pragma GCC unroll 16
+  for (int i = 0; i < N; ++i) {
+    _mm512_storeu_ps(acc0 + 16 * i, a0[i]);
+    if (kTwo) _mm512_storeu_ps(acc1 + 16 * i, a1[i]);
   }
 }
 
@@ -450,12 +481,7 @@ inline void decode_pv_pairs(const bf16_t* vp, int64_t slot_stride, int64_t nb, u
                             const float* p0, const float* p1, float alpha0, float alpha1,
                             float* acc0, float* acc1) {
   __m512 a0[2 * NC], a1[2 * NC];
-  const __m512 al0 = _mm512_set1_ps(alpha0), al1 = _mm512_set1_ps(alpha1);
-#pragma GCC unroll 16
-  for (int i = 0; i < 2 * NC; ++i) {
-    a0[i] = _mm512_mul_ps(_mm512_loadu_ps(acc0 + 16 * i), al0);
-    if (kTwo) a1[i] = _mm512_mul_ps(_mm512_loadu_ps(acc1 + 16 * i), al1);
-  }
+  load_pv_acc<2 * NC, kTwo>(acc0, acc1, alpha0, alpha1, a0, a1);
   for (int64_t jj = 0; jj < nb; ++jj) {
     // Masked slots are skipped, not multiplied by 0: an unused cache slot may hold anything.
     if (!(bits >> jj & 1u)) continue;
@@ -474,11 +500,7 @@ inline void decode_pv_pairs(const bf16_t* vp, int64_t slot_stride, int64_t nb, u
       }
     }
   }
-#pragma GCC unroll 16
-  for (int i = 0; i < 2 * NC; ++i) {
-    _mm512_storeu_ps(acc0 + 16 * i, a0[i]);
-    if (kTwo) _mm512_storeu_ps(acc1 + 16 * i, a1[i]);
-  }
+  store_pv_acc<2 * NC, kTwo>(a0, a1, acc0, acc1);
 }
 
 #ifdef __AVX512BF16__
@@ -491,20 +513,12 @@ inline void decode_block_partials_dp(const bf16_t* const* qrows, const bf16_t* k
   __m512bh qv[RG][ND];
   for (int r = 0; r < RG; ++r)
     for (int n = 0; n < ND; ++n) qv[r][n] = (__m512bh)_mm512_loadu_si512(qrows[r] + 32 * n);
-  for (int jj = 0; jj < 16; ++jj) {
-    if (!(visible >> jj & 1u)) {
-      for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_setzero_ps();
-      continue;
-    }
-    const bf16_t* kp = k0 + jj * slot_stride;
-    __m512 acc[RG][2];
-    for (int r = 0; r < RG; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  block_partials<RG>(k0, slot_stride, visible, part, [&](const bf16_t* kp, __m512 (&acc)[RG][2]) {
     for (int n = 0; n < ND; ++n) {
       const __m512bh w = (__m512bh)_mm512_loadu_si512(kp + 32 * n);
       for (int r = 0; r < RG; ++r) acc[r][n & 1] = _mm512_dpbf16_ps(acc[r][n & 1], w, qv[r][n]);
     }
-    for (int r = 0; r < RG; ++r) part[r * 16 + jj] = _mm512_add_ps(acc[r][0], acc[r][1]);
-  }
+  });
 }
 
 // The same for one slot, q read from L1 (shapes without a register form).
@@ -530,12 +544,7 @@ inline void decode_pv_dp(const bf16_t* vp, int64_t slot_stride, int64_t nb, uint
                          const uint32_t* pp0, const uint32_t* pp1, float alpha0, float alpha1,
                          float* acc0, float* acc1) {
   __m512 a0[2 * NC], a1[2 * NC];
-  const __m512 al0 = _mm512_set1_ps(alpha0), al1 = _mm512_set1_ps(alpha1);
-#pragma GCC unroll 16
-  for (int i = 0; i < 2 * NC; ++i) {
-    a0[i] = _mm512_mul_ps(_mm512_loadu_ps(acc0 + 16 * i), al0);
-    if (kTwo) a1[i] = _mm512_mul_ps(_mm512_loadu_ps(acc1 + 16 * i), al1);
-  }
+  load_pv_acc<2 * NC, kTwo>(acc0, acc1, alpha0, alpha1, a0, a1);
   for (int64_t j = 0; j < nb; j += 2) {
     // Masked slots are never loaded (an unused cache slot may hold anything): zeros instead.
     const unsigned both = unsigned(bits >> j) & 3u;
@@ -558,11 +567,7 @@ inline void decode_pv_dp(const bf16_t* vp, int64_t slot_stride, int64_t nb, uint
       }
     }
   }
-#pragma GCC unroll 16
-  for (int i = 0; i < 2 * NC; ++i) {
-    _mm512_storeu_ps(acc0 + 16 * i, a0[i]);
-    if (kTwo) _mm512_storeu_ps(acc1 + 16 * i, a1[i]);
-  }
+  store_pv_acc<2 * NC, kTwo>(a0, a1, acc0, acc1);
 }
 
 // decode_pv_dp over D = 32n columns in chunks of up to 128, for one row or two.

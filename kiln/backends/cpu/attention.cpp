@@ -7,6 +7,9 @@
 //    leave threads idle. This path is memory bound: it reads each K/V byte once, the q heads of a
 //    group sharing the read. Scores are computed per block of 16 slots (AVX2: 8), the
 //    online softmax updated once per superblock of 16 (AVX2: 32), whose K and V are read ahead.
+//    With a bf16 cache on CPUs whose bf16 GEMM takes vdpbf16ps, q and p are rounded to bf16 once
+//    and the scores and p V run on vdpbf16ps, as the GEMM prefill below rounds them
+//    (dpbf16_decode); elsewhere in f32.
 //  - prefill (AVX-512 or AVX2 + FMA): work items are (batch, kv head, block of queries); the rows
 //    of an item are all (query, q head of the group) pairs, so a group's q heads share each K/V
 //    block. Scores are computed transposed (S^T [keys, rows] = K Q^T with Q^T prepared once per

@@ -690,8 +690,21 @@ void decode_pv_chunks(const KT* vp, int64_t slot_stride, int64_t nb, uint64_t bi
   }
 }
 
-// Unscaled scores q_i . k_j of the rows against the 16 slots of one block (K rows at kb + jj *
-// slot_stride; slots whose bit in `bits` is clear get 0) into s[i * kSuperSlots + jj]. The K block
+// A block's partials with q held in registers: vdpbf16ps on the scaled bf16 q where the decode
+// takes it (dpbf16_decode, which implies the pair layout's shapes), else f32 FMAs on the pairs.
+template <int RG, int ND>
+inline void block_partials_in_registers(const DecodeQuery& qr, const bf16_t* kb,
+                                        int64_t slot_stride, uint32_t bits, __m512* part) {
+#ifdef __AVX512BF16__
+  if (qr.rows_bf16[0])
+    return decode_block_partials_dp<RG, ND>(qr.rows_bf16, kb, slot_stride, bits, part);
+#endif
+  decode_block_partials_pairs<RG, ND>(qr.rows, kb, slot_stride, bits, part);
+}
+
+// Scores q_i . k_j of the rows against the 16 slots of one block (unscaled, or scaled where q comes
+// as scaled bf16; K rows at kb + jj * slot_stride; slots whose bit in `bits` is clear get 0) into
+// s[i * kSuperSlots + jj]. The K block
 // is streamed once: lane partials per (row, slot), then one transposing reduction per row gives the
 // row's 16 scores as one vector.
 template <typename KT>
@@ -700,44 +713,12 @@ void score_block(const DecodeQuery& qr, int64_t d, const KT* kb, int64_t slot_st
   const int64_t rg = qr.rg;
   __m512 part[8 * 16];  // lane partials [row][slot]
   bool scored = false;
-#ifdef __AVX512BF16__
-  if constexpr (std::is_same_v<KT, bf16_t>) {
-    if (qr.rows_bf16[0]) {  // vdpbf16ps on the scaled bf16 q (see dpbf16_decode)
-      switch (rg * 1000 + d) {
-#define KILN_DP_BLOCK_CASE(r, dd)                                                       \
-  case r * 1000 + dd:                                                                   \
-    decode_block_partials_dp<r, dd / 32>(qr.rows_bf16, kb, slot_stride, bits, part);    \
-    break;
-        KILN_DP_BLOCK_CASE(1, 64) KILN_DP_BLOCK_CASE(2, 64) KILN_DP_BLOCK_CASE(3, 64)
-        KILN_DP_BLOCK_CASE(4, 64) KILN_DP_BLOCK_CASE(1, 128) KILN_DP_BLOCK_CASE(2, 128)
-#undef KILN_DP_BLOCK_CASE
-        default:
-          for (int64_t jj = 0; jj < 16; ++jj) {
-            if (!(bits >> jj & 1u)) {
-              for (int64_t i = 0; i < rg; ++i) part[i * 16 + jj] = _mm512_setzero_ps();
-              continue;
-            }
-            switch (rg) {
-#define KILN_DP_SLOT_CASE(n)                                                            \
-  case n:                                                                               \
-    decode_partials_dp<n>(qr.rows_bf16, kb + jj * slot_stride, d, part, jj);            \
-    break;
-              KILN_DP_SLOT_CASE(1) KILN_DP_SLOT_CASE(2) KILN_DP_SLOT_CASE(3) KILN_DP_SLOT_CASE(4)
-              KILN_DP_SLOT_CASE(5) KILN_DP_SLOT_CASE(6) KILN_DP_SLOT_CASE(7) KILN_DP_SLOT_CASE(8)
-#undef KILN_DP_SLOT_CASE
-            }
-          }
-      }
-      scored = true;
-    }
-  }
-#endif
   if constexpr (std::is_same_v<KT, bf16_t>) {
     // The common shapes (D = 64 or 128, up to 4 rows per kv head) keep q in registers.
-    switch (pair_layout<KT>(d) && !scored ? rg * 1000 + d : 0) {
+    switch (pair_layout<KT>(d) ? rg * 1000 + d : 0) {
 #define KILN_BLOCK_CASE(r, dd)                                                        \
   case r * 1000 + dd:                                                                 \
-    decode_block_partials_pairs<r, dd / 32>(qr.rows, kb, slot_stride, bits, part);    \
+    block_partials_in_registers<r, dd / 32>(qr, kb, slot_stride, bits, part);         \
     scored = true;                                                                    \
     break;
       KILN_BLOCK_CASE(1, 64) KILN_BLOCK_CASE(2, 64) KILN_BLOCK_CASE(3, 64)
@@ -746,10 +727,13 @@ void score_block(const DecodeQuery& qr, int64_t d, const KT* kb, int64_t slot_st
       default: break;
     }
   }
-  // One slot's partials for RG rows: from the pair layout's q where it applies.
+  // One slot's partials for RG rows: from the bf16 q or the pair layout's q where they apply.
   const bool pairs = pair_layout<KT>(d);
   auto slot_partials = [&]<int RG>(const KT* kp, int64_t jj) {
     if constexpr (std::is_same_v<KT, bf16_t>) {
+#ifdef __AVX512BF16__
+      if (qr.rows_bf16[0]) return decode_partials_dp<RG>(qr.rows_bf16, kp, d, part, jj);
+#endif
       if (pairs) return decode_partials_pairs<RG>(qr.rows, kp, d, part, jj);
     }
     decode_partials<RG>(qr.rows, kp, d, part, jj);
